@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class QuestionsConfig(AppConfig):
+    name = "questions"
+    verbose_name = "Question bank"

@@ -1,0 +1,165 @@
+"""The content: topics, questions with rubrics, arithmetic problems, interview loops.
+
+The bank files (questions/bank/*.yaml) are the source of truth; `load_bank` upserts them
+here by slug and `export_bank` writes them back.
+"""
+
+from __future__ import annotations
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from .markdown import render_markdown
+
+COMPETENCIES = ("latency", "memory", "throughput", "cost", "reliability", "safety", "quality")
+
+
+class Topic(models.Model):
+    slug = models.SlugField(unique=True, max_length=80)
+    title = models.CharField(max_length=200)
+    summary = models.TextField(blank=True)
+    order = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ("order", "slug")
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class QuestionQuerySet(models.QuerySet):
+    def published(self) -> QuestionQuerySet:
+        return self.filter(status=Question.Status.PUBLISHED)
+
+
+class Question(models.Model):
+    class Kind(models.TextChoices):
+        SCENARIO = "scenario", "Scenario"
+        ARITHMETIC = "arithmetic", "Arithmetic"
+        DESIGN = "design", "Design"
+
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        PUBLISHED = "published", "Published"
+
+    topic = models.ForeignKey(Topic, on_delete=models.PROTECT, related_name="questions")
+    slug = models.SlugField(unique=True, max_length=120)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    title = models.CharField(max_length=200)
+    prompt = models.TextField(help_text="Markdown.")
+    prompt_html = models.TextField(blank=True, editable=False)
+    difficulty = models.PositiveSmallIntegerField(
+        default=2, validators=[MinValueValidator(1), MaxValueValidator(3)]
+    )
+    competencies = models.JSONField(default=list, blank=True)
+    model_answer = models.TextField(blank=True, help_text="Markdown.")
+    model_answer_html = models.TextField(blank=True, editable=False)
+    follow_ups = models.JSONField(default=list, blank=True)
+    related_labs = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
+    order = models.PositiveIntegerField(default=0)
+    updated = models.DateTimeField(auto_now=True)
+
+    objects = QuestionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ("topic__order", "order", "slug")
+
+    def __str__(self) -> str:
+        return self.title
+
+    def save(self, *args, **kwargs) -> None:
+        self.prompt_html = render_markdown(self.prompt)
+        self.model_answer_html = render_markdown(self.model_answer)
+        super().save(*args, **kwargs)
+
+
+class RubricPoint(models.Model):
+    question = models.ForeignKey(Question, on_delete=models.CASCADE, related_name="rubric")
+    order = models.PositiveIntegerField(default=0)
+    text = models.TextField()
+    weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.01)])
+    concepts = models.JSONField(default=list, blank=True)
+    penalty = models.BooleanField(
+        default=False, help_text="A red flag: subtracts its weight when the answer says it."
+    )
+
+    class Meta:
+        ordering = ("order", "id")
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class Problem(models.Model):
+    """The arithmetic of a question: how variants are drawn, and its ordered steps."""
+
+    question = models.OneToOneField(Question, on_delete=models.CASCADE, related_name="problem")
+    parameters = models.JSONField(default=dict, blank=True)
+    condition = models.CharField(max_length=500, blank=True)
+
+    def __str__(self) -> str:
+        return f"Problem of {self.question.slug}"
+
+
+class Step(models.Model):
+    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="steps")
+    order = models.PositiveIntegerField(default=0)
+    name = models.CharField(max_length=64)
+    prompt = models.TextField(help_text="Markdown with {placeholders}.")
+    expression = models.CharField(max_length=1000)
+    unit = models.CharField(max_length=64)
+    rtol = models.FloatField(default=0.01, validators=[MinValueValidator(0)])
+    atol = models.FloatField(default=0.0, validators=[MinValueValidator(0)])
+    hints = models.JSONField(default=list, blank=True)
+    explanation = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ("order", "id")
+        constraints = [
+            models.UniqueConstraint(fields=("problem", "name"), name="unique_step_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.order}. {self.name}"
+
+
+class Misconception(models.Model):
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="misconceptions")
+    order = models.PositiveIntegerField(default=0)
+    expression = models.CharField(max_length=1000)
+    feedback = models.TextField()
+
+    class Meta:
+        ordering = ("order", "id")
+
+    def __str__(self) -> str:
+        return self.feedback[:80]
+
+
+class Loop(models.Model):
+    """A named mock-interview loop: ordered questions with minutes each."""
+
+    slug = models.SlugField(unique=True, max_length=80)
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    order = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ("order", "slug")
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class LoopItem(models.Model):
+    loop = models.ForeignKey(Loop, on_delete=models.CASCADE, related_name="items")
+    question = models.ForeignKey(Question, on_delete=models.PROTECT, related_name="loop_items")
+    order = models.PositiveIntegerField(default=0)
+    minutes = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1)])
+
+    class Meta:
+        ordering = ("order", "id")
+
+    def __str__(self) -> str:
+        return f"{self.loop_id}: {self.question_id} ({self.minutes} min)"

