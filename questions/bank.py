@@ -1,0 +1,449 @@
+"""Read and validate the question bank (questions/bank/*.yaml) before anything is loaded.
+
+Every error names the file, the path to the field and what is wrong, e.g.
+`kv-cache-arithmetic.yaml: questions[1] (kv-70b-capacity) > problem > steps[2] (kv_per_seq)
+> unit: ...`. Plain Python (no Django): `python -m questions.bank check [FILES...]`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from questions import catalog, problems
+from questions.expressions import (
+    ExpressionError,
+    check_name,
+    describe_dimension,
+    evaluate,
+    names_used,
+    parse_unit,
+    same_dimension,
+)
+
+BANK_DIR = Path(__file__).resolve().parent / "bank"
+LOOPS_FILE = "loops.yaml"
+COMPETENCIES = ("latency", "memory", "throughput", "cost", "reliability", "safety", "quality")
+CHECK_VARIANTS = 24  # random variants each problem is evaluated on
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+
+class MisconceptionIn(_Strict):
+    expression: str | int | float
+    feedback: str = Field(min_length=1)
+
+
+class StepIn(_Strict):
+    name: str
+    prompt: str = Field(min_length=1)
+    expression: str | int | float
+    unit: str
+    rtol: float = Field(default=0.01, ge=0)
+    atol: float = Field(default=0.0, ge=0)
+    hints: list[str] = []
+    misconceptions: list[MisconceptionIn] = []
+    explanation: str = ""
+
+
+class ParameterIn(_Strict):
+    catalog: Literal["models", "gpus", "dtypes"] | None = None
+    choices: list[Any] | None = Field(default=None, min_length=1)
+    range: tuple[float, float] | None = None
+    step: float | None = Field(default=None, gt=0)
+    value: float | None = None
+    unit: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ParameterIn:
+        kinds = [k for k in ("choices", "range", "value") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("give exactly one of choices, range or value")
+        if self.catalog and not self.choices:
+            raise ValueError("a catalog parameter needs `choices` (catalog slugs)")
+        if self.catalog and self.unit:
+            raise ValueError("a catalog parameter takes its units from the catalog; drop `unit`")
+        if (
+            not self.catalog
+            and self.choices
+            and not all(
+                isinstance(c, int | float) and not isinstance(c, bool) for c in self.choices
+            )
+        ):
+            raise ValueError("numeric choices must all be numbers")
+        if self.range is not None and self.range[0] > self.range[1]:
+            raise ValueError(f"range {list(self.range)} runs backwards")
+        return self
+
+    def spec(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class ProblemIn(_Strict):
+    parameters: dict[str, ParameterIn] = Field(min_length=1)
+    condition: str = ""
+    steps: list[StepIn] = Field(min_length=1)
+
+
+class RubricPointIn(_Strict):
+    text: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0)
+    concepts: list[str] = []
+    penalty: bool = False
+
+
+class QuestionIn(_Strict):
+    slug: str = Field(pattern=r"^[a-z0-9]+(?:[-.][a-z0-9]+)*$", max_length=120)
+    kind: Literal["scenario", "arithmetic", "design"]
+    title: str = Field(min_length=1, max_length=200)
+    difficulty: int = Field(default=2, ge=1, le=3)
+    competencies: list[Literal[COMPETENCIES]] = []  # type: ignore[valid-type]
+    status: Literal["published", "draft"] = "draft"
+    prompt: str = Field(min_length=1)
+    model_answer: str = ""
+    follow_ups: list[str] = []
+    related_labs: list[str] = []
+    rubric: list[RubricPointIn] = []
+    problem: ProblemIn | None = None
+
+    @model_validator(mode="after")
+    def _problem_matches_kind(self) -> QuestionIn:
+        if self.kind == "arithmetic" and self.problem is None:
+            raise ValueError("an arithmetic question needs a `problem`")
+        if self.kind != "arithmetic" and self.problem is not None:
+            raise ValueError(f"a {self.kind} question has no `problem`; use kind: arithmetic")
+        return self
+
+
+class TopicIn(_Strict):
+    slug: str = Field(pattern=r"^[a-z0-9]+(?:[-.][a-z0-9]+)*$", max_length=80)
+    title: str = Field(min_length=1, max_length=200)
+    summary: str = ""
+    order: int = Field(default=0, ge=0)
+
+
+class TopicFileIn(_Strict):
+    topic: TopicIn
+    questions: list[QuestionIn] = []
+
+
+class LoopItemIn(_Strict):
+    question: str
+    minutes: int = Field(ge=1, le=120)
+
+
+class LoopIn(_Strict):
+    slug: str = Field(pattern=r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+    title: str = Field(min_length=1)
+    description: str = ""
+    items: list[LoopItemIn] = Field(min_length=1)
+
+
+class LoopsFileIn(_Strict):
+    loops: list[LoopIn]
+
+
+@dataclass(frozen=True)
+class BankError:
+    file: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.file}: {self.path}: {self.message}"
+            if self.path
+            else f"{self.file}: {self.message}"
+        )
+
+
+@dataclass
+class Bank:
+    topics: list[TopicFileIn] = field(default_factory=list)
+    loops: list[LoopIn] = field(default_factory=list)
+    errors: list[BankError] = field(default_factory=list)
+
+    @property
+    def questions(self) -> list[QuestionIn]:
+        return [q for t in self.topics for q in t.questions]
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def _pydantic_path(loc: tuple, data: Any) -> str:
+    """Turn ('questions', 2, 'problem', 'steps', 1, 'unit') into a readable path with slugs."""
+    parts, node = [], data
+    for key in loc:
+        if isinstance(key, int) and isinstance(node, list) and 0 <= key < len(node):
+            node = node[key]
+            label = node.get("slug") or node.get("name") if isinstance(node, dict) else None
+            parts[-1] = f"{parts[-1]}[{key}]" + (f" ({label})" if label else "")
+            continue
+        parts.append(str(key))
+        node = node.get(key) if isinstance(node, dict) else None
+    return " > ".join(parts)
+
+
+def _read_yaml(path: Path, errors: list[BankError]) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        errors.append(
+            BankError(path.name, where, f"is not valid YAML: {getattr(exc, 'problem', exc)}")
+        )
+    except OSError as exc:
+        errors.append(BankError(path.name, "", f"cannot be read: {exc}"))
+    return None
+
+
+def _parse(model: type[BaseModel], data: Any, file: str, errors: list[BankError]):
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "is not a known field (see docs/BANK_FORMAT.md)"
+            errors.append(BankError(file, _pydantic_path(err["loc"], data), message))
+        return None
+
+
+def read_bank(paths: Iterable[Path] | None = None) -> Bank:
+    """Parse and validate bank files (default: every file in questions/bank/)."""
+    paths = sorted(paths) if paths is not None else sorted(BANK_DIR.glob("*.yaml"))
+    bank = Bank()
+    for path in paths:
+        data = _read_yaml(path, bank.errors)
+        if data is None:
+            if not any(e.file == path.name for e in bank.errors):
+                bank.errors.append(BankError(path.name, "", "is empty"))
+            continue
+        if path.name == LOOPS_FILE:
+            parsed = _parse(LoopsFileIn, data, path.name, bank.errors)
+            if parsed:
+                bank.loops.extend(parsed.loops)
+            continue
+        parsed = _parse(TopicFileIn, data, path.name, bank.errors)
+        if parsed is None:
+            continue
+        if parsed.topic.slug != path.stem:
+            bank.errors.append(
+                BankError(
+                    path.name,
+                    "topic > slug",
+                    f"is {parsed.topic.slug!r} but the file is {path.name}; they must match",
+                )
+            )
+        for i, question in enumerate(parsed.questions):
+            where = f"questions[{i}] ({question.slug})"
+            for msg_path, message in check_question(question):
+                bank.errors.append(
+                    BankError(path.name, f"{where} > {msg_path}".rstrip(" >"), message)
+                )
+        bank.topics.append(parsed)
+    _check_cross_file(bank, {p.name for p in paths})
+    return bank
+
+
+def _check_cross_file(bank: Bank, files: set[str]) -> None:
+    seen: dict[str, str] = {}
+    for topic_file in bank.topics:
+        file = f"{topic_file.topic.slug}.yaml"
+        for i, q in enumerate(topic_file.questions):
+            if q.slug in seen:
+                bank.errors.append(
+                    BankError(
+                        file,
+                        f"questions[{i}] ({q.slug}) > slug",
+                        f"duplicate slug {q.slug!r}: already used in {seen[q.slug]}",
+                    )
+                )
+            seen.setdefault(q.slug, file)
+    loop_slugs: set[str] = set()
+    for i, loop in enumerate(bank.loops):
+        if loop.slug in loop_slugs:
+            bank.errors.append(
+                BankError(LOOPS_FILE, f"loops[{i}] ({loop.slug}) > slug", "duplicate loop slug")
+            )
+        loop_slugs.add(loop.slug)
+        for j, item in enumerate(loop.items):
+            if item.question not in seen and len(files) > 1:
+                bank.errors.append(
+                    BankError(
+                        LOOPS_FILE,
+                        f"loops[{i}] ({loop.slug}) > items[{j}] > question",
+                        f"no question with slug {item.question!r} in the bank",
+                    )
+                )
+
+
+# --- semantic checks of one question ---------------------------------------------------------
+
+
+def check_question(question: QuestionIn) -> list[tuple[str, str]]:
+    """(path, message) for everything wrong with a schema-valid question."""
+    errors = []
+    weights = [p for p in question.rubric if not p.penalty]
+    if question.rubric and not weights:
+        errors.append(("rubric", "has only penalty points; add at least one point to earn"))
+    if question.problem is not None:
+        errors.extend(
+            (f"problem > {p}" if p else "problem", m) for p, m in check_problem(question.problem)
+        )
+    return errors
+
+
+def check_problem(problem_in: ProblemIn) -> list[tuple[str, str]]:
+    """Names, catalog references, step order, units, condition and misconceptions."""
+    errors: list[tuple[str, str]] = []
+    known: set[str] = set()
+    for name, param in problem_in.parameters.items():
+        path = f"parameters > {name}"
+        try:
+            check_name(name)
+            if param.unit:
+                parse_unit(param.unit)
+            for value in problems.parameter_values(name, param.spec()):
+                known.update(problems.parameter_variables(name, param.spec(), value))
+        except (ExpressionError, problems.ProblemError, catalog.CatalogError) as exc:
+            errors.append((path, str(exc)))
+    if errors:
+        return errors
+    step_index = {s.name: i for i, s in enumerate(problem_in.steps)}
+    for i, step in enumerate(problem_in.steps):
+        errors.extend(_check_step_static(i, step, known, step_index))
+        known.add(step.name)
+    if errors:
+        return errors
+    return _check_numbers(problems.from_dict(_problem_dict(problem_in)))
+
+
+def _problem_dict(problem_in: ProblemIn) -> dict[str, Any]:
+    data = problem_in.model_dump()
+    data["parameters"] = {n: p.spec() for n, p in problem_in.parameters.items()}
+    return data
+
+
+def _check_step_static(i: int, step: StepIn, known: set[str], step_index: dict[str, int]):
+    path = f"steps[{i}] ({step.name})"
+    errors = []
+    try:
+        check_name(step.name)
+    except ExpressionError as exc:
+        errors.append((f"{path} > name", str(exc)))
+    if step_index.get(step.name) != i:
+        errors.append((f"{path} > name", f"step name {step.name!r} is used by more than one step"))
+    if step.name in known:
+        errors.append((f"{path} > name", f"{step.name!r} is already a parameter variable"))
+    try:
+        parse_unit(step.unit)
+    except ExpressionError as exc:
+        errors.append((f"{path} > unit", str(exc)))
+    exprs = [("expression", str(step.expression))] + [
+        (f"misconceptions[{j}] > expression", str(m.expression))
+        for j, m in enumerate(step.misconceptions)
+    ]
+    for where, expr in exprs:
+        try:
+            used = names_used(expr)
+        except ExpressionError as exc:
+            errors.append((f"{path} > {where}", str(exc)))
+            continue
+        for name in sorted(used - known):
+            later = step_index.get(name)
+            if later is not None and later >= i:
+                msg = (
+                    f"uses {name!r}, which step {later} computes; a step may only use "
+                    "parameters and earlier steps"
+                )
+            else:
+                msg = f"uses {name!r}, which is neither a parameter variable nor an earlier step"
+            errors.append((f"{path} > {where}", msg))
+    return errors
+
+
+def _check_numbers(problem: problems.Problem) -> list[tuple[str, str]]:
+    """Evaluate the chain on random variants: dimensions, finiteness, misconceptions differ.
+
+    Reports the first failure only: later steps of a broken chain would only repeat it.
+    """
+    try:
+        variants = [problems.draw_variant(problem, seed) for seed in range(CHECK_VARIANTS)]
+    except (problems.ProblemError, ExpressionError) as exc:
+        return [("condition", str(exc))]
+    for variant in variants:
+        scope = dict(variant.variables)
+        for i, step in enumerate(problem.steps):
+            error = _check_step_values(step, scope, variant)
+            if error:
+                where, message = error
+                return [(f"steps[{i}] ({step.name}){where}", message)]
+    return []
+
+
+def _check_step_values(
+    step: problems.Step, scope: dict[str, object], variant: problems.Variant
+) -> tuple[str, str] | None:
+    """Evaluate one step (adding it to `scope`) and its misconceptions for one variant."""
+    try:
+        value = evaluate(step.expression, scope)
+    except ExpressionError as exc:
+        return " > expression", f"{exc} (variant {variant.choices})"
+    if not same_dimension(value, step.unit):
+        return " > unit", (
+            f"the unit is {step.unit!r} ({describe_dimension(step.unit)}) but the expression "
+            f"yields {value.units:~P} ({describe_dimension(value)})"
+        )
+    value = value.to(parse_unit(step.unit))
+    scope[step.name] = value
+    for j, m in enumerate(step.misconceptions):
+        where = f" > misconceptions[{j}] > expression"
+        try:
+            wrong = evaluate(m.expression, scope)
+        except ExpressionError as exc:
+            return where, str(exc)
+        if not same_dimension(wrong, step.unit):
+            return where, (
+                f"yields {wrong.units:~P} ({describe_dimension(wrong)}); "
+                f"the step's unit is {step.unit!r}"
+            )
+        if not problems.differs(value, wrong.to(value.units), step.rtol, step.atol):
+            return where, (
+                f"gives the correct answer ({value:~P}) for variant {variant.choices}; "
+                "a misconception must differ beyond the step's tolerance"
+            )
+    return None
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] != "check":
+        print("usage: python -m questions.bank check [FILE.yaml ...]")
+        return 2
+    paths = [Path(a) for a in argv[1:]] or None
+    bank = read_bank(paths)
+    for error in bank.errors:
+        print(error)
+    count = len(bank.questions)
+    print(
+        f"{len(bank.topics)} topic file(s), {count} question(s), {len(bank.loops)} loop(s): "
+        f"{len(bank.errors)} error(s)"
+    )
+    return 1 if bank.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
