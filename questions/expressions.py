@@ -3,7 +3,9 @@
 Expressions are parsed by pint's own tokenizer and ``build_eval_tree``; user text is
 never handed to Python's ``eval``/``exec``/``ast``. Function calls (``ceil(x)``,
 ``min(a, b)``...) are evaluated by a pre-pass that replaces each innermost call with a
-placeholder variable bound to its value. Plain Python: no Django imports.
+placeholder variable bound to its value. Implicit multiplication binds tighter than ``*``
+and ``/`` ("10 GB / 2 GiB" divides by 2 GiB), variables shadow unit names, and every
+number is a float. Plain Python: no Django imports.
 """
 
 from __future__ import annotations
@@ -168,6 +170,8 @@ def _prepare(expression: object) -> str:
             f"expression {text!r} contains {bad.group()!r}, which is not allowed: use numbers, "
             "variables, units, + - * / ** ^, parentheses and ceil/floor/min/max/sqrt/log2/round"
         )
+    if re.search(r"(?<!\w)__", text):
+        raise ExpressionError(f"expression {text!r} uses a name starting with '__'; none exist")
     return text.replace("$", " USD ")
 
 
@@ -368,9 +372,7 @@ def names_used(expression: str) -> set[str]:
     return {
         t.string
         for t in tokens
-        if t.type == NAME
-        and t.string not in _FUNCTIONS
-        and _lookup_unit(t.string) is None
+        if t.type == NAME and t.string not in _FUNCTIONS and _lookup_unit(t.string) is None
     }
 
 
@@ -457,6 +459,8 @@ _DIMENSION_WORDS = [
         ("USD", "a price"),
         ("USD/s", "a cost rate"),
         ("USD/token", "a price per token"),
+        ("B/token", "a memory size per token"),
+        ("FLOP/token", "an amount of compute per token"),
         ("W", "a power"),
         ("request", "a number of requests"),
         ("request/s", "a request rate"),

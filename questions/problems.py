@@ -164,6 +164,26 @@ def misconception_values(
     ]
 
 
+_COUNT_UNITS = {"token": "tokens", "request": "requests"}
+_ADJECTIVE_NOUNS = re.compile(
+    r"\s+(?:requests?|sequences?|sessions?|prompts?|contexts?|conversations?|chats?|documents?)\b"
+)
+
+
+def _fill_quantity(value: Quantity, after: str) -> str:
+    """Format a value for running text: "8,192 tokens", "a 8,192-token prompt" style."""
+    unit = f"{value.units:~P}"
+    if unit not in _COUNT_UNITS:
+        return format_quantity(value)
+    number = format_quantity(value.magnitude)
+    follows = after.lstrip()[:12].lower()
+    if follows.startswith((unit, _COUNT_UNITS[unit])):
+        return number  # the author wrote the unit: "{context} tokens"
+    if _ADJECTIVE_NOUNS.match(after):
+        return f"{number}-{unit}"  # "{context} requests" -> "8,192-token requests"
+    return f"{number} {unit if value.magnitude == 1 else _COUNT_UNITS[unit]}"
+
+
 def render_text(template: str, scope: Mapping[str, object]) -> str:
     """Fill `{name}` placeholders with formatted values; unknown names are left visible."""
 
@@ -172,7 +192,11 @@ def render_text(template: str, scope: Mapping[str, object]) -> str:
         if name not in scope:
             return match.group(0)
         value = scope[name]
-        return value if isinstance(value, str) else format_quantity(value)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, Quantity):
+            return _fill_quantity(value, match.string[match.end() : match.end() + 40])
+        return format_quantity(value)
 
     return _PLACEHOLDER_RE.sub(fill, template or "")
 

@@ -6,138 +6,274 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Loop',
+            name="Loop",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=80, unique=True)),
-                ('title', models.CharField(max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('order', models.PositiveIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(max_length=80, unique=True)),
+                ("title", models.CharField(max_length=200)),
+                ("description", models.TextField(blank=True)),
+                ("order", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'ordering': ('order', 'slug'),
+                "ordering": ("order", "slug"),
             },
         ),
         migrations.CreateModel(
-            name='Question',
+            name="Question",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=120, unique=True)),
-                ('kind', models.CharField(choices=[('scenario', 'Scenario'), ('arithmetic', 'Arithmetic'), ('design', 'Design')], max_length=16)),
-                ('title', models.CharField(max_length=200)),
-                ('prompt', models.TextField(help_text='Markdown.')),
-                ('prompt_html', models.TextField(blank=True, editable=False)),
-                ('difficulty', models.PositiveSmallIntegerField(default=2, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(3)])),
-                ('competencies', models.JSONField(blank=True, default=list)),
-                ('model_answer', models.TextField(blank=True, help_text='Markdown.')),
-                ('model_answer_html', models.TextField(blank=True, editable=False)),
-                ('follow_ups', models.JSONField(blank=True, default=list)),
-                ('related_labs', models.JSONField(blank=True, default=list)),
-                ('status', models.CharField(choices=[('draft', 'Draft'), ('published', 'Published')], default='draft', max_length=16)),
-                ('order', models.PositiveIntegerField(default=0)),
-                ('updated', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(max_length=120, unique=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("scenario", "Scenario"),
+                            ("arithmetic", "Arithmetic"),
+                            ("design", "Design"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("title", models.CharField(max_length=200)),
+                ("prompt", models.TextField(help_text="Markdown.")),
+                ("prompt_html", models.TextField(blank=True, editable=False)),
+                (
+                    "difficulty",
+                    models.PositiveSmallIntegerField(
+                        default=2,
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(3),
+                        ],
+                    ),
+                ),
+                ("competencies", models.JSONField(blank=True, default=list)),
+                ("model_answer", models.TextField(blank=True, help_text="Markdown.")),
+                ("model_answer_html", models.TextField(blank=True, editable=False)),
+                ("follow_ups", models.JSONField(blank=True, default=list)),
+                ("related_labs", models.JSONField(blank=True, default=list)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("draft", "Draft"), ("published", "Published")],
+                        default="draft",
+                        max_length=16,
+                    ),
+                ),
+                ("order", models.PositiveIntegerField(default=0)),
+                ("updated", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ('topic__order', 'order', 'slug'),
+                "ordering": ("topic__order", "order", "slug"),
             },
         ),
         migrations.CreateModel(
-            name='Topic',
+            name="Topic",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=80, unique=True)),
-                ('title', models.CharField(max_length=200)),
-                ('summary', models.TextField(blank=True)),
-                ('order', models.PositiveIntegerField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(max_length=80, unique=True)),
+                ("title", models.CharField(max_length=200)),
+                ("summary", models.TextField(blank=True)),
+                ("order", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'ordering': ('order', 'slug'),
+                "ordering": ("order", "slug"),
             },
         ),
         migrations.CreateModel(
-            name='Problem',
+            name="Problem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('parameters', models.JSONField(blank=True, default=dict)),
-                ('condition', models.CharField(blank=True, max_length=500)),
-                ('question', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='problem', to='questions.question')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("parameters", models.JSONField(blank=True, default=dict)),
+                ("condition", models.CharField(blank=True, max_length=500)),
+                (
+                    "question",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="problem",
+                        to="questions.question",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='LoopItem',
+            name="LoopItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('order', models.PositiveIntegerField(default=0)),
-                ('minutes', models.PositiveIntegerField(default=10, validators=[django.core.validators.MinValueValidator(1)])),
-                ('loop', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='items', to='questions.loop')),
-                ('question', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='loop_items', to='questions.question')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("order", models.PositiveIntegerField(default=0)),
+                (
+                    "minutes",
+                    models.PositiveIntegerField(
+                        default=10, validators=[django.core.validators.MinValueValidator(1)]
+                    ),
+                ),
+                (
+                    "loop",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="items",
+                        to="questions.loop",
+                    ),
+                ),
+                (
+                    "question",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="loop_items",
+                        to="questions.question",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('order', 'id'),
+                "ordering": ("order", "id"),
             },
         ),
         migrations.CreateModel(
-            name='RubricPoint',
+            name="RubricPoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('order', models.PositiveIntegerField(default=0)),
-                ('text', models.TextField()),
-                ('weight', models.FloatField(default=1.0, validators=[django.core.validators.MinValueValidator(0.01)])),
-                ('concepts', models.JSONField(blank=True, default=list)),
-                ('penalty', models.BooleanField(default=False, help_text='A red flag: subtracts its weight when the answer says it.')),
-                ('question', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rubric', to='questions.question')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("order", models.PositiveIntegerField(default=0)),
+                ("text", models.TextField()),
+                (
+                    "weight",
+                    models.FloatField(
+                        default=1.0, validators=[django.core.validators.MinValueValidator(0.01)]
+                    ),
+                ),
+                ("concepts", models.JSONField(blank=True, default=list)),
+                (
+                    "penalty",
+                    models.BooleanField(
+                        default=False,
+                        help_text="A red flag: subtracts its weight when the answer says it.",
+                    ),
+                ),
+                (
+                    "question",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="rubric",
+                        to="questions.question",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('order', 'id'),
+                "ordering": ("order", "id"),
             },
         ),
         migrations.CreateModel(
-            name='Step',
+            name="Step",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('order', models.PositiveIntegerField(default=0)),
-                ('name', models.CharField(max_length=64)),
-                ('prompt', models.TextField(help_text='Markdown with {placeholders}.')),
-                ('expression', models.CharField(max_length=1000)),
-                ('unit', models.CharField(max_length=64)),
-                ('rtol', models.FloatField(default=0.01, validators=[django.core.validators.MinValueValidator(0)])),
-                ('atol', models.FloatField(default=0.0, validators=[django.core.validators.MinValueValidator(0)])),
-                ('hints', models.JSONField(blank=True, default=list)),
-                ('explanation', models.TextField(blank=True)),
-                ('problem', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='questions.problem')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("order", models.PositiveIntegerField(default=0)),
+                ("name", models.CharField(max_length=64)),
+                ("prompt", models.TextField(help_text="Markdown with {placeholders}.")),
+                ("expression", models.CharField(max_length=1000)),
+                ("unit", models.CharField(max_length=64)),
+                (
+                    "rtol",
+                    models.FloatField(
+                        default=0.01, validators=[django.core.validators.MinValueValidator(0)]
+                    ),
+                ),
+                (
+                    "atol",
+                    models.FloatField(
+                        default=0.0, validators=[django.core.validators.MinValueValidator(0)]
+                    ),
+                ),
+                ("hints", models.JSONField(blank=True, default=list)),
+                ("explanation", models.TextField(blank=True)),
+                (
+                    "problem",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="steps",
+                        to="questions.problem",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('order', 'id'),
+                "ordering": ("order", "id"),
             },
         ),
         migrations.CreateModel(
-            name='Misconception',
+            name="Misconception",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('order', models.PositiveIntegerField(default=0)),
-                ('expression', models.CharField(max_length=1000)),
-                ('feedback', models.TextField()),
-                ('step', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='misconceptions', to='questions.step')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("order", models.PositiveIntegerField(default=0)),
+                ("expression", models.CharField(max_length=1000)),
+                ("feedback", models.TextField()),
+                (
+                    "step",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="misconceptions",
+                        to="questions.step",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('order', 'id'),
+                "ordering": ("order", "id"),
             },
         ),
         migrations.AddField(
-            model_name='question',
-            name='topic',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='questions', to='questions.topic'),
+            model_name="question",
+            name="topic",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="questions",
+                to="questions.topic",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='step',
-            constraint=models.UniqueConstraint(fields=('problem', 'name'), name='unique_step_name'),
+            model_name="step",
+            constraint=models.UniqueConstraint(fields=("problem", "name"), name="unique_step_name"),
         ),
     ]

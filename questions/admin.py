@@ -1,0 +1,204 @@
+"""Authoring in the admin: inlines, a live htmx preview, bank-grade validation on save,
+and "export selected to YAML". Authors are staff users in the Authors group."""
+
+from __future__ import annotations
+
+import random
+
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path
+
+from questions import authoring, problems
+from questions.markdown import render_markdown
+from questions.models import (
+    Loop,
+    LoopItem,
+    Misconception,
+    Problem,
+    Question,
+    RubricPoint,
+    Step,
+    Topic,
+)
+
+
+def _yaml_download(body: str, filename: str) -> HttpResponse:
+    response = HttpResponse(body, content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@admin.action(description="Export selected to YAML (bank format)")
+def export_questions_yaml(modeladmin, request, queryset) -> HttpResponse:
+    return _yaml_download(
+        authoring.questions_yaml(list(queryset.select_related("topic"))), "questions-export.yaml"
+    )
+
+
+@admin.action(description="Export selected to YAML (bank format)")
+def export_topics_yaml(modeladmin, request, queryset) -> HttpResponse:
+    return _yaml_download(authoring.topics_yaml(list(queryset)), "topics-export.yaml")
+
+
+class RubricPointInline(admin.TabularInline):
+    model = RubricPoint
+    extra = 0
+    fields = ("order", "text", "weight", "concepts", "penalty")
+
+
+@admin.register(Topic)
+class TopicAdmin(admin.ModelAdmin):
+    list_display = ("order", "title", "slug")
+    list_display_links = ("title",)
+    search_fields = ("title", "summary")
+    actions = [export_topics_yaml]
+
+
+@admin.register(Question)
+class QuestionAdmin(admin.ModelAdmin):
+    list_display = ("title", "slug", "topic", "kind", "difficulty", "status")
+    list_filter = ("status", "kind", "difficulty", "topic")
+    search_fields = ("title", "slug", "prompt")
+    list_select_related = ("topic",)
+    inlines = [RubricPointInline]
+    actions = [export_questions_yaml]
+    change_form_template = "admin/questions/question/change_form.html"
+
+    def get_urls(self):
+        preview = self.admin_site.admin_view(self.preview_view)
+        return [path("preview/", preview, name="questions_question_preview"), *super().get_urls()]
+
+    def preview_view(self, request: HttpRequest) -> HttpResponse:
+        """The prompt and model answer as typed (not yet saved), and a random variant of
+        the saved problem with its reference solution."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        data = request.POST if request.method == "POST" else request.GET
+        question = None
+        if data.get("object_id", "").isdigit():
+            question = Question.objects.filter(pk=int(data["object_id"])).first()
+        prompt = data.get("prompt", question.prompt if question else "")
+        model_answer = data.get("model_answer", question.model_answer if question else "")
+        context = {
+            "prompt_html": render_markdown(prompt),
+            "model_answer_html": render_markdown(model_answer),
+            "question": question,
+            "variant": None,
+        }
+        problem = getattr(question, "problem", None) if question else None
+        if problem is not None:
+            spec = problems.from_dict(authoring.problem_data(problem))
+            context["variant"] = authoring.variant_preview(spec, random.randrange(2**31))
+        return TemplateResponse(request, "questions/admin/preview.html", context)
+
+
+class StepInlineFormSet(forms.BaseInlineFormSet):
+    """Validate the problem as edited: the bank loader's checks on >= 20 variants."""
+
+    def clean(self) -> None:
+        super().clean()
+        if any(self.errors):
+            return
+        steps = []
+        for form in sorted(self.forms, key=lambda f: f.cleaned_data.get("order") or 0):
+            data = form.cleaned_data
+            if not data or data.get("DELETE"):
+                continue
+            saved = list(form.instance.misconceptions.all()) if form.instance.pk else []
+            steps.append(
+                {
+                    "name": data["name"],
+                    "prompt": data["prompt"],
+                    "expression": data["expression"],
+                    "unit": data["unit"],
+                    "rtol": data["rtol"],
+                    "atol": data["atol"],
+                    "hints": data.get("hints") or [],
+                    "explanation": data.get("explanation") or "",
+                    "misconceptions": [
+                        {"expression": m.expression, "feedback": m.feedback} for m in saved
+                    ],
+                }
+            )
+        errors = authoring.problem_errors(authoring.problem_data(self.instance, steps))
+        if errors:
+            raise ValidationError(errors)
+
+
+class StepInline(admin.StackedInline):
+    model = Step
+    formset = StepInlineFormSet
+    extra = 0
+    fields = (
+        "order",
+        "name",
+        "prompt",
+        "expression",
+        "unit",
+        ("rtol", "atol"),
+        "hints",
+        "explanation",
+    )
+    show_change_link = True  # misconceptions are edited on the step's own page
+
+
+@admin.register(Problem)
+class ProblemAdmin(admin.ModelAdmin):
+    list_display = ("question", "condition")
+    search_fields = ("question__title", "question__slug")
+    inlines = [StepInline]
+    autocomplete_fields = ("question",)
+
+
+class MisconceptionInlineFormSet(forms.BaseInlineFormSet):
+    def clean(self) -> None:
+        super().clean()
+        if any(self.errors):
+            return
+        step = self.instance
+        edited = [
+            {"expression": f.cleaned_data["expression"], "feedback": f.cleaned_data["feedback"]}
+            for f in self.forms
+            if f.cleaned_data and not f.cleaned_data.get("DELETE")
+        ]
+        data = authoring.problem_data(step.problem)
+        for row in data["steps"]:
+            if row["name"] == step.name:
+                row["misconceptions"] = edited
+        errors = authoring.problem_errors(data)
+        if errors:
+            raise ValidationError(errors)
+
+
+class MisconceptionInline(admin.TabularInline):
+    model = Misconception
+    formset = MisconceptionInlineFormSet
+    extra = 0
+    fields = ("order", "expression", "feedback")
+
+
+@admin.register(Step)
+class StepAdmin(admin.ModelAdmin):
+    list_display = ("name", "problem", "unit")
+    search_fields = ("name", "problem__question__slug")
+    inlines = [MisconceptionInline]
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return False  # reached from its problem, not the index
+
+
+class LoopItemInline(admin.TabularInline):
+    model = LoopItem
+    extra = 0
+    autocomplete_fields = ("question",)
+
+
+@admin.register(Loop)
+class LoopAdmin(admin.ModelAdmin):
+    list_display = ("order", "title", "slug")
+    list_display_links = ("title",)
+    inlines = [LoopItemInline]

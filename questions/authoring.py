@@ -1,0 +1,107 @@
+"""Authoring helpers behind the admin: validate a problem as edited, preview a variant,
+export selected content. The same checks as `load_bank` (questions.bank)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from questions import bank as bank_files
+from questions import problems
+from questions.expressions import ExpressionError, format_quantity
+from questions.markdown import render_markdown
+from questions.models import Problem, Question, Topic
+from questions.services import dump_yaml, question_dict, topic_file_dict
+
+ADMIN_CHECK_VARIANTS = 24  # "every expression evaluates for >= 20 random variants"
+
+
+def problem_errors(data: dict[str, Any]) -> list[str]:
+    """Everything wrong with a problem given as the bank's `problem:` mapping."""
+    try:
+        problem_in = bank_files.ProblemIn.model_validate(data)
+    except ValidationError as exc:
+        return [
+            f"{' > '.join(str(p) for p in err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors()
+        ]
+    return [f"{path}: {message}" for path, message in bank_files.check_problem(problem_in)]
+
+
+def problem_data(problem: Problem, steps: list[dict] | None = None) -> dict[str, Any]:
+    """The bank mapping of a saved problem, optionally with edited steps in place of saved."""
+    if steps is None:
+        steps = question_dict(problem.question).get("problem", {}).get("steps", [])
+    return {"parameters": problem.parameters, "condition": problem.condition, "steps": steps}
+
+
+@dataclass(frozen=True)
+class StepPreview:
+    name: str
+    prompt_html: str
+    answer: str
+    unit: str
+    tolerance: str
+    hints: tuple[str, ...]
+    misconceptions: tuple[tuple[str, str], ...]
+    explanation_html: str
+
+
+@dataclass(frozen=True)
+class VariantPreview:
+    seed: int
+    choices: dict[str, Any]
+    steps: tuple[StepPreview, ...]
+    error: str = ""
+
+
+def variant_preview(problem: problems.Problem, seed: int | None = None) -> VariantPreview:
+    """One random variant with the reference answer (and each misconception's value)."""
+    seed = random.randrange(2**31) if seed is None else seed
+    try:
+        variant = problems.draw_variant(problem, seed)
+        scope: dict[str, object] = dict(variant.variables)
+        values = problems.solve(problem, scope)
+    except (problems.ProblemError, ExpressionError) as exc:
+        return VariantPreview(seed=seed, choices={}, steps=(), error=str(exc))
+    scope.update(values)
+    steps = []
+    for step in problem.steps:
+        wrong = problems.misconception_values(step, scope)
+        steps.append(
+            StepPreview(
+                name=step.name,
+                prompt_html=render_markdown(problems.render_text(step.prompt, scope)),
+                answer=format_quantity(values[step.name], step.unit),
+                unit=step.unit,
+                tolerance=f"within {step.rtol:.3g}"
+                if not step.atol
+                else f"rtol {step.rtol}, atol {step.atol}",
+                hints=step.hints,
+                misconceptions=tuple((format_quantity(v, step.unit), m.feedback) for m, v in wrong),
+                explanation_html=render_markdown(problems.render_text(step.explanation, scope)),
+            )
+        )
+    return VariantPreview(seed=seed, choices=variant.choices, steps=tuple(steps))
+
+
+def questions_yaml(questions: list[Question]) -> str:
+    """Selected questions in the bank format, one YAML document per topic."""
+    documents = []
+    by_topic: dict[int, list[Question]] = {}
+    for q in sorted(questions, key=lambda q: (q.topic.order, q.order, q.slug)):
+        by_topic.setdefault(q.topic_id, []).append(q)
+    for topic_questions in by_topic.values():
+        topic = topic_questions[0].topic
+        document = topic_file_dict(topic)
+        wanted = {q.slug for q in topic_questions}
+        document["questions"] = [d for d in document["questions"] if d["slug"] in wanted]
+        documents.append(dump_yaml(document))
+    return "---\n".join(documents)
+
+
+def topics_yaml(topics: list[Topic]) -> str:
+    return "---\n".join(dump_yaml(topic_file_dict(t)) for t in topics)
