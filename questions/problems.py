@@ -177,8 +177,8 @@ def _fill_quantity(value: Quantity, after: str) -> str:
         return format_quantity(value)
     number = format_quantity(value.magnitude)
     follows = after.lstrip()[:12].lower()
-    if follows.startswith((unit, _COUNT_UNITS[unit])):
-        return number  # the author wrote the unit: "{context} tokens"
+    if follows.lstrip("-").startswith((unit, _COUNT_UNITS[unit])):
+        return number  # the author wrote the unit: "{context} tokens", "{context}-token"
     if _ADJECTIVE_NOUNS.match(after):
         return f"{number}-{unit}"  # "{context} requests" -> "8,192-token requests"
     return f"{number} {unit if value.magnitude == 1 else _COUNT_UNITS[unit]}"

@@ -55,6 +55,7 @@ def test_prompts_read_naturally():
     )
     assert problems.render_text("{context} tokens", scope) == "8,192 tokens"
     assert problems.render_text("{context} requests", scope) == "8,192-token requests"
+    assert problems.render_text("a {context}-token prompt", scope) == "a 8,192-token prompt"
     assert (
         problems.render_text("{kv} per token, {unknown}", scope) == "327,680 B per token, {unknown}"
     )
