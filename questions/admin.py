@@ -83,16 +83,18 @@ class QuestionAdmin(admin.ModelAdmin):
             question = Question.objects.filter(pk=int(data["object_id"])).first()
         prompt = data.get("prompt", question.prompt if question else "")
         model_answer = data.get("model_answer", question.model_answer if question else "")
+        variant = None
+        problem = getattr(question, "problem", None) if question else None
+        if problem is not None:
+            spec = problems.from_dict(authoring.problem_data(problem))
+            variant = authoring.variant_preview(spec, random.randrange(2**31))
+            prompt = problems.render_text(prompt, variant.scope)  # this variant's numbers
         context = {
             "prompt_html": render_markdown(prompt),
             "model_answer_html": render_markdown(model_answer),
             "question": question,
-            "variant": None,
+            "variant": variant,
         }
-        problem = getattr(question, "problem", None) if question else None
-        if problem is not None:
-            spec = problems.from_dict(authoring.problem_data(problem))
-            context["variant"] = authoring.variant_preview(spec, random.randrange(2**31))
         return TemplateResponse(request, "questions/admin/preview.html", context)
 
 

@@ -4,7 +4,7 @@ export selected content. The same checks as `load_bank` (questions.bank)."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -56,6 +56,8 @@ class VariantPreview:
     choices: dict[str, Any]
     steps: tuple[StepPreview, ...]
     error: str = ""
+    scope: dict[str, object] = field(default_factory=dict, repr=False)
+    scope: dict[str, object] = field(default_factory=dict, repr=False)
 
 
 def variant_preview(problem: problems.Problem, seed: int | None = None) -> VariantPreview:
@@ -68,24 +70,35 @@ def variant_preview(problem: problems.Problem, seed: int | None = None) -> Varia
     except (problems.ProblemError, ExpressionError) as exc:
         return VariantPreview(seed=seed, choices={}, steps=(), error=str(exc))
     scope.update(values)
-    steps = []
-    for step in problem.steps:
-        wrong = problems.misconception_values(step, scope)
-        steps.append(
-            StepPreview(
-                name=step.name,
-                prompt_html=render_markdown(problems.render_text(step.prompt, scope)),
-                answer=format_quantity(values[step.name], step.unit),
-                unit=step.unit,
-                tolerance=f"within {step.rtol:.3g}"
-                if not step.atol
-                else f"rtol {step.rtol}, atol {step.atol}",
-                hints=step.hints,
-                misconceptions=tuple((format_quantity(v, step.unit), m.feedback) for m, v in wrong),
-                explanation_html=render_markdown(problems.render_text(step.explanation, scope)),
-            )
-        )
-    return VariantPreview(seed=seed, choices=variant.choices, steps=tuple(steps))
+    steps = tuple(_step_preview(step, values[step.name], scope) for step in problem.steps)
+    return VariantPreview(seed=seed, choices=variant.choices, steps=steps, scope=scope)
+
+
+def _step_preview(step: problems.Step, value, scope: dict[str, object]) -> StepPreview:
+    def fill(text: str) -> str:
+        return problems.render_text(text, scope)
+
+    wrong = problems.misconception_values(step, scope)
+    return StepPreview(
+        name=step.name,
+        prompt_html=render_markdown(fill(step.prompt)),
+        answer=format_quantity(value, step.unit),
+        unit=describe_unit(step.unit),
+        tolerance=tolerance_text(step.rtol, step.atol, step.unit),
+        hints=tuple(fill(h) for h in step.hints),
+        misconceptions=tuple((format_quantity(v, step.unit), fill(m.feedback)) for m, v in wrong),
+        explanation_html=render_markdown(fill(step.explanation)),
+    )
+
+
+def tolerance_text(rtol: float, atol: float, unit: str) -> str:
+    """How a learner is told the tolerance: "within 1%" (plus an absolute floor if any)."""
+    text = f"within {rtol * 100:.3g}%"
+    return f"{text} or {atol:g} {unit}" if atol else text
+
+
+def describe_unit(unit: str) -> str:
+    return unit if unit.strip() not in ("", "1", "dimensionless") else "a plain number"
 
 
 def questions_yaml(questions: list[Question]) -> str:
