@@ -1,0 +1,1 @@
+"""Graders: arithmetic (units, tolerance, error carried forward) and rubric (issue 5)."""
