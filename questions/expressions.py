@@ -11,6 +11,7 @@ number is a float. Plain Python: no Django imports.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -73,6 +74,8 @@ class ExpressionError(ValueError):
 
 def _quantity(value: object) -> Quantity:
     """Coerce a number or Quantity (of any registry) to a float UREG Quantity."""
+    if isinstance(value, UREG.Quantity) and isinstance(value.magnitude, float):
+        return value  # already ours: quantities are immutable in use, no copy needed
     if isinstance(value, pint.Quantity):
         return UREG.Quantity(float(value.magnitude), value.units)
     return UREG.Quantity(float(value))
@@ -424,6 +427,11 @@ def parse_unit(text: str | Unit) -> Unit:
         return UREG.Unit(text)
     if not isinstance(text, str):
         raise ExpressionError(f"a unit must be text, got {type(text).__name__}")
+    return _parse_unit_text(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_unit_text(text: str) -> Unit:
     cleaned = " ".join(text.replace("$", " USD ").split())
     if cleaned in ("", "1", "dimensionless"):
         return UREG.dimensionless

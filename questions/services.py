@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import Model
 
 from questions import bank as bank_files
+from questions import problems
 from questions.models import (
     Loop,
     LoopItem,
@@ -74,6 +75,15 @@ def _step_dict(step: Step) -> dict[str, Any]:
         ],
         "explanation": step.explanation,
     }
+
+
+def problem_spec(problem: Problem) -> problems.Problem:
+    """The plain-data problem (questions.problems) of a saved Problem row."""
+    return problems.from_dict({
+        "parameters": problem.parameters,
+        "condition": problem.condition,
+        "steps": [_step_dict(s) for s in problem.steps.prefetch_related("misconceptions")],
+    })
 
 
 def _canonical(model: type, data: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from trainer import views
+from trainer import practice_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -11,5 +11,18 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
     path("topics/", include("questions.urls")),
+    path("practice/<slug:slug>/", practice_views.practice_question, name="practice"),
+    path("practice/<slug:slug>/new/", practice_views.practice_new_variant, name="practice_new"),
+    path("attempts/<int:attempt_id>/", practice_views.attempt_page, name="attempt"),
+    path(
+        "attempts/<int:attempt_id>/steps/<str:step_name>/",
+        practice_views.step_submit,
+        name="step_submit",
+    ),
+    path(
+        "attempts/<int:attempt_id>/steps/<str:step_name>/hint/",
+        practice_views.step_hint,
+        name="step_hint",
+    ),
     path("admin/", admin.site.urls),
 ]

@@ -18,7 +18,9 @@ def test_the_live_preview_follows_the_prompt_as_typed(page: Page, live_server, t
     bank_load(read_bank([write_topic(tmp_path)]))
     demo_users_ensure()
     question = Question.objects.get(slug="kv-70b")
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/questions/question/{question.pk}/change/")
+    page.goto(
+        f"{live_server.url}/admin/login/?next=/admin/questions/question/{question.pk}/change/"
+    )
     page.fill("#id_username", DEMO_AUTHOR.username)
     page.fill("#id_password", DEMO_AUTHOR.password)
     page.click("input[type=submit]")

@@ -28,7 +28,7 @@ from questions.expressions import (
 
 HINT_PENALTY = 0.10  # credit lost per revealed hint
 MAX_ANSWER_LENGTH = 80
-_THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?:\D|$))")
+_THOUSANDS_RE = re.compile(r"(?<=\d)[, ](?=\d{3}(?:\D|$))")
 _BINARY_RATIOS = {1: "KiB vs KB", 2: "MiB vs MB", 3: "GiB vs GB", 4: "TiB vs TB"}
 
 
@@ -57,8 +57,12 @@ class Chain:
     variables: dict[str, object]
     answers: dict[str, Quantity] = field(default_factory=dict)
 
+    _reference: dict[str, Quantity] | None = field(default=None, repr=False)
+
     def reference(self) -> dict[str, Quantity]:
-        return problems.solve(self.problem, self.variables)
+        if self._reference is None:  # the variant's chain never changes
+            self._reference = problems.solve(self.problem, self.variables)
+        return self._reference
 
     def given_answers(self) -> dict[str, Quantity]:
         return problems.solve(self.problem, self.variables, overrides=self.answers)
@@ -104,11 +108,13 @@ def parse_answer(text: str, unit: str) -> Quantity:
 
 
 def _explain_parse_error(text: str, message: str) -> str:
-    unknown = re.search(r"unknown (?:variable|unit) '([^']+)'", message)
+    unknown = re.search(r"unknown (?:unit or variable|variable|unit|name) '([^']+)'", message)
     if unknown:
+        close = re.search(r"did you mean '([^']+)'", message)
+        hint = f" Did you mean {close.group(1)}?" if close else ""
         return (
-            f"“{unknown.group(1)}” is not a unit I know. Try B, KiB, GB, GB/s, ms, s, "
-            "token/s, TFLOPS or USD/hour."
+            f"“{unknown.group(1)}” is not a unit I know.{hint} Units look like B, KiB, GB, "
+            "GB/s, ms, s, token/s, TFLOPS or USD/hour."
         )
     return f"I could not read “{text}” as a number with a unit, e.g. 320 KiB or 1.2e3 ms."
 
@@ -219,7 +225,7 @@ def _broken_step(chain: Chain, index: int, reference: Mapping[str, Quantity]) ->
 
 
 def _match_misconception(chain, step, reference, yours, value, base) -> StepResult | None:
-    for scope_values in (reference, yours):
+    for scope_values in (reference, yours) if yours is not reference else (reference,):
         scope = {**chain.variables, **{k: v for k, v in scope_values.items() if k != step.name}}
         for i, (m, wrong) in enumerate(problems.misconception_values(step, scope)):
             if _close(value, _in_unit(wrong, step.unit), step):

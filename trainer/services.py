@@ -1,0 +1,118 @@
+"""Practice services (writes): start an attempt, reveal a hint, submit a step answer."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from questions import problems
+from questions.models import Question
+from questions.services import problem_spec
+from trainer.grading import arithmetic
+from trainer.models import Attempt, StepAnswer
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """An arithmetic attempt's problem, its variant and the learner's chain so far."""
+
+    attempt: Attempt
+    problem: problems.Problem
+    variant: problems.Variant
+    answers: dict[str, StepAnswer]
+
+    def chain(self) -> arithmetic.Chain:
+        units = {s.name: s.unit for s in self.problem.steps}
+        given = {
+            name: arithmetic.UREG.Quantity(a.value, arithmetic.parse_unit(units[name]))
+            for name, a in self.answers.items()
+            if name in units
+        }
+        return arithmetic.Chain(self.problem, self.variant.variables, given)
+
+
+def attempt_start(*, user, question: Question, seed: int | None = None) -> Attempt:
+    """A new attempt with its own variant seed (arithmetic) — same seed, same numbers."""
+    if seed is None and question.kind == Question.Kind.ARITHMETIC:
+        seed = secrets.randbelow(2**31)
+    return Attempt.objects.create(user=user, question=question, variant_seed=seed)
+
+
+def attempt_current(*, user, question: Question) -> Attempt:
+    """The learner's latest attempt at `question`, or a new one."""
+    attempt = Attempt.objects.filter(user=user, question=question).order_by("-started").first()
+    return attempt or attempt_start(user=user, question=question)
+
+
+def attempt_context(attempt: Attempt) -> AttemptContext:
+    problem = problem_spec(attempt.question.problem)
+    variant = problems.draw_variant(problem, attempt.variant_seed)
+    answers = {a.step_name: a for a in attempt.step_answers.all()}
+    return AttemptContext(attempt, problem, variant, answers)
+
+
+def hint_reveal(*, attempt: Attempt, step_name: str) -> int:
+    """Reveal the next hint of a step not yet answered; returns how many are shown."""
+    context = attempt_context(attempt)
+    step = _step(context.problem, step_name)
+    shown = attempt.hints.get(step_name, 0)
+    if step_name not in context.answers and shown < len(step.hints):
+        shown += 1
+        attempt.hints[step_name] = shown
+        attempt.save(update_fields=["hints"])
+    return shown
+
+
+@transaction.atomic
+def step_answer_submit(*, attempt: Attempt, step_name: str, raw: str) -> StepAnswer:
+    """Parse and grade one step. Raises arithmetic.AnswerError for unreadable input (which
+    costs nothing); a step already graded keeps its first answer."""
+    attempt = Attempt.objects.select_for_update().get(pk=attempt.pk)
+    context = attempt_context(attempt)
+    step = _step(context.problem, step_name)
+    if step_name in context.answers:
+        return context.answers[step_name]
+    value = arithmetic.parse_answer(raw, step.unit)
+    hints_used = attempt.hints.get(step_name, 0)
+    result = arithmetic.grade_step(context.chain(), step_name, value, hints_used=hints_used)
+    answer = StepAnswer.objects.create(
+        attempt=attempt,
+        step_name=step_name,
+        raw=raw.strip()[:200],
+        order=[s.name for s in context.problem.steps].index(step_name),
+        value=result.value,
+        unit=step.unit,
+        verdict=result.verdict,
+        credit=result.credit,
+        feedback=result.feedback,
+        hints_used=hints_used,
+        expected=result.expected,
+        expected_given_yours=result.expected_given_yours,
+        broke_at=result.broke_at or "",
+    )
+    context.answers[step_name] = answer
+    if len(context.answers) == len(context.problem.steps):
+        _attempt_finish(attempt, context)
+    return answer
+
+
+def _attempt_finish(attempt: Attempt, context: AttemptContext) -> None:
+    credits = [a.credit for a in context.answers.values()]
+    attempt.score = sum(credits) / len(context.problem.steps)
+    attempt.submitted = timezone.now()
+    attempt.result = {
+        "steps": len(context.problem.steps),
+        "verdicts": {name: a.verdict for name, a in context.answers.items()},
+        "hints": sum(a.hints_used for a in context.answers.values()),
+    }
+    attempt.save(update_fields=["score", "submitted", "result"])
+
+
+def _step(problem: problems.Problem, step_name: str) -> problems.Step:
+    for step in problem.steps:
+        if step.name == step_name:
+            return step
+    raise KeyError(f"this problem has no step {step_name!r}")
