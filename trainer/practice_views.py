@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -15,7 +16,7 @@ from questions.markdown import render_markdown
 from questions.models import Question
 from questions.problems import render_text, solve
 from trainer import services
-from trainer.grading.arithmetic import HINT_PENALTY, AnswerError
+from trainer.grading.arithmetic import AnswerError
 from trainer.models import Attempt, StepAnswer
 
 
@@ -82,7 +83,7 @@ def _page_context(attempt: Attempt) -> dict:
         "question": attempt.question,
         "prompt_html": render_markdown(render_text(attempt.question.prompt, scope)),
         "steps": _step_views(context),
-        "hint_penalty": round(HINT_PENALTY * 100),
+        "hint_penalty": round(settings.ARITHMETIC_HINT_PENALTY * 100),
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -77,7 +78,13 @@ def step_answer_submit(*, attempt: Attempt, step_name: str, raw: str) -> StepAns
         return context.answers[step_name]
     value = arithmetic.parse_answer(raw, step.unit)
     hints_used = attempt.hints.get(step_name, 0)
-    result = arithmetic.grade_step(context.chain(), step_name, value, hints_used=hints_used)
+    result = arithmetic.grade_step(
+        context.chain(),
+        step_name,
+        value,
+        hints_used=hints_used,
+        hint_penalty=settings.ARITHMETIC_HINT_PENALTY,
+    )
     answer = StepAnswer.objects.create(
         attempt=attempt,
         step_name=step_name,

@@ -155,6 +155,8 @@ def celery_url(redis_url: str) -> str:
 
 
 LAB_MAX_SECONDS = int(os.environ.get("LAB_MAX_SECONDS", "900"))
+# Share of a step's credit each revealed hint costs (arithmetic practice).
+ARITHMETIC_HINT_PENALTY = float(os.environ.get("ARITHMETIC_HINT_PENALTY", "0.10"))
 
 CELERY_BROKER_URL = celery_url(REDIS_URL)
 CELERY_RESULT_BACKEND = celery_url(REDIS_URL)

@@ -90,7 +90,8 @@ def test_a_graded_step_keeps_its_first_answer(client, attempt):
     assert (answer.raw, answer.verdict) == ("160 KiB", "misconception")
 
 
-def test_hints_cost_credit_and_stop_at_the_last(client, attempt):
+def test_hints_cost_credit_and_stop_at_the_last(client, attempt, settings):
+    settings.ARITHMETIC_HINT_PENALTY = 0.15
     client.login(username="ada", password="kv-heads-not-heads")
     hint_url = f"/attempts/{attempt.pk}/steps/kv_kib_per_token/hint/"
     for _ in range(10):
@@ -101,7 +102,7 @@ def test_hints_cost_credit_and_stop_at_the_last(client, attempt):
     client.post(f"/attempts/{attempt.pk}/steps/kv_kib_per_token/", {"answer": "320 KiB"})
     answer = StepAnswer.objects.get(attempt=attempt)
     assert answer.hints_used == revealed
-    assert answer.credit == pytest.approx(1 - 0.1 * revealed)
+    assert answer.credit == pytest.approx(1 - 0.15 * revealed)
 
 
 def test_finishing_shows_the_score_and_the_worked_solution(client, attempt):
