@@ -21,6 +21,13 @@ class Attempt(models.Model):
     score = models.FloatField(null=True, blank=True, help_text="0..1")
     result = models.JSONField(default=dict, blank=True)
     hints = models.JSONField(default=dict, blank=True, help_text="Hints revealed per step.")
+    draft_saved = models.DateTimeField(null=True, blank=True)
+    graded = models.DateTimeField(null=True, blank=True)
+    grader_error = models.TextField(blank=True)
+    self_points = models.JSONField(
+        null=True, blank=True, help_text="Rubric point indices the learner says they covered."
+    )
+    self_score = models.FloatField(null=True, blank=True, help_text="0..1")
 
     class Meta:
         ordering = ("-started",)
@@ -62,3 +69,41 @@ class StepAnswer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.attempt_id}/{self.step_name}: {self.raw} ({self.verdict})"
+
+
+class ReviewCard(models.Model):
+    """Spaced repetition (fsrs): one card per learner and question."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="review_cards"
+    )
+    question = models.ForeignKey(
+        "questions.Question", on_delete=models.CASCADE, related_name="review_cards"
+    )
+    card = models.JSONField(default=dict, help_text="fsrs.Card.to_dict()")
+    due = models.DateTimeField(db_index=True)
+    reviews = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ("due",)
+        constraints = [
+            models.UniqueConstraint(fields=("user", "question"), name="one_card_per_question"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} · {self.question_id} due {self.due:%Y-%m-%d}"
+
+
+class ReviewLog(models.Model):
+    card = models.ForeignKey(ReviewCard, on_delete=models.CASCADE, related_name="logs")
+    attempt = models.ForeignKey(Attempt, on_delete=models.SET_NULL, null=True, blank=True)
+    rating = models.PositiveSmallIntegerField(help_text="fsrs Rating: 1 Again .. 4 Easy")
+    reviewed = models.DateTimeField()
+    duration_s = models.PositiveIntegerField(default=0)
+    next_due = models.DateTimeField()
+
+    class Meta:
+        ordering = ("-reviewed",)
+
+    def __str__(self) -> str:
+        return f"{self.card_id} rated {self.rating} at {self.reviewed:%Y-%m-%d %H:%M}"

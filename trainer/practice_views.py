@@ -15,9 +15,10 @@ from questions.expressions import UREG, format_quantity, parse_unit
 from questions.markdown import render_markdown
 from questions.models import Question
 from questions.problems import render_text, solve
-from trainer import services
+from trainer import scenario_views, services
 from trainer.grading.arithmetic import AnswerError
 from trainer.models import Attempt, StepAnswer
+from trainer.selectors import own_attempt
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,6 @@ def _step_views(context: services.AttemptContext) -> list[StepView]:
     return views
 
 
-def _own_attempt(request: HttpRequest, attempt_id: int) -> Attempt:
-    # Someone else's attempt is indistinguishable from a missing one.
-    return get_object_or_404(
-        Attempt.objects.select_related("question__problem"), pk=attempt_id, user=request.user
-    )
-
-
 def _page_context(attempt: Attempt) -> dict:
     context = services.attempt_context(attempt)
     scope = dict(context.variant.variables)
@@ -90,8 +84,6 @@ def _page_context(attempt: Attempt) -> dict:
 @login_required
 def practice_question(request: HttpRequest, slug: str) -> HttpResponse:
     question = get_object_or_404(Question.objects.published(), slug=slug)
-    if question.kind != Question.Kind.ARITHMETIC:
-        raise Http404("Only arithmetic questions are practised here so far.")
     attempt = services.attempt_current(user=request.user, question=question)
     return redirect("attempt", attempt_id=attempt.pk)
 
@@ -99,16 +91,16 @@ def practice_question(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def practice_new_variant(request: HttpRequest, slug: str) -> HttpResponse:
-    question = get_object_or_404(
-        Question.objects.published(), slug=slug, kind=Question.Kind.ARITHMETIC
-    )
+    question = get_object_or_404(Question.objects.published(), slug=slug)
     attempt = services.attempt_start(user=request.user, question=question)
     return redirect("attempt", attempt_id=attempt.pk)
 
 
 @login_required
 def attempt_page(request: HttpRequest, attempt_id: int) -> HttpResponse:
-    attempt = _own_attempt(request, attempt_id)
+    attempt = own_attempt(request, attempt_id)
+    if attempt.question.kind != Question.Kind.ARITHMETIC:
+        return scenario_views.scenario_page(request, attempt)
     return render(request, "trainer/arithmetic.html", _page_context(attempt))
 
 
@@ -125,7 +117,7 @@ def _step_response(request, attempt: Attempt, step_name: str, error: str = "", r
 @login_required
 @require_POST
 def step_submit(request: HttpRequest, attempt_id: int, step_name: str) -> HttpResponse:
-    attempt = _own_attempt(request, attempt_id)
+    attempt = own_attempt(request, attempt_id)
     raw = request.POST.get("answer", "")
     try:
         services.step_answer_submit(attempt=attempt, step_name=step_name, raw=raw)
@@ -140,7 +132,7 @@ def step_submit(request: HttpRequest, attempt_id: int, step_name: str) -> HttpRe
 @login_required
 @require_POST
 def step_hint(request: HttpRequest, attempt_id: int, step_name: str) -> HttpResponse:
-    attempt = _own_attempt(request, attempt_id)
+    attempt = own_attempt(request, attempt_id)
     try:
         services.hint_reveal(attempt=attempt, step_name=step_name)
     except KeyError:

@@ -43,7 +43,8 @@ def attempt_start(*, user, question: Question, seed: int | None = None) -> Attem
 
 
 def attempt_current(*, user, question: Question) -> Attempt:
-    """The learner's latest attempt at `question`, or a new one."""
+    """The learner's latest attempt at `question` (an unfinished one resumes with its draft;
+    a finished one shows its review), or a new one."""
     attempt = Attempt.objects.filter(user=user, question=question).order_by("-started").first()
     return attempt or attempt_start(user=user, question=question)
 
@@ -116,6 +117,9 @@ def _attempt_finish(attempt: Attempt, context: AttemptContext) -> None:
         "hints": sum(a.hints_used for a in context.answers.values()),
     }
     attempt.save(update_fields=["score", "submitted", "result"])
+    from trainer.reviews import review_record
+
+    review_record(attempt=attempt)
 
 
 def _step(problem: problems.Problem, step_name: str) -> problems.Step:
@@ -123,3 +127,67 @@ def _step(problem: problems.Problem, step_name: str) -> problems.Step:
         if step.name == step_name:
             return step
     raise KeyError(f"this problem has no step {step_name!r}")
+
+
+# --- scenario and design answers ---------------------------------------------------------
+
+
+def draft_save(*, attempt: Attempt, text: str) -> Attempt:
+    """Autosave: keep what the learner typed (until the answer is submitted)."""
+    if attempt.submitted is None:
+        attempt.draft = text[:20_000]
+        attempt.draft_saved = timezone.now()
+        attempt.save(update_fields=["draft", "draft_saved"])
+    return attempt
+
+
+def attempt_submit(*, attempt: Attempt, answer: str) -> Attempt:
+    """Store the answer first (its own transaction), then grade it. A grader failure leaves
+    the stored answer and a readable error; grading can be retried."""
+    with transaction.atomic():
+        locked = Attempt.objects.select_for_update().get(pk=attempt.pk)
+        if locked.submitted is not None:
+            return locked
+        locked.answer = locked.draft = answer[:20_000]
+        locked.submitted = timezone.now()
+        locked.save(update_fields=["answer", "draft", "submitted"])
+    return attempt_grade(attempt=locked)
+
+
+def attempt_grade(*, attempt: Attempt) -> Attempt:
+    from trainer.grading import rubric
+    from trainer.reviews import review_record
+
+    question = attempt.question
+    points = [
+        rubric.Point(p.text, p.weight, tuple(p.concepts), p.penalty) for p in question.rubric.all()
+    ]
+    try:
+        result = rubric.grade(attempt.answer, points, prompt=question.prompt)
+    except Exception as exc:  # the answer is already stored; say what failed, keep going
+        attempt.grader_error = (
+            f"The automatic grader failed ({type(exc).__name__}: {exc}). "
+            "Your answer is saved; try grading again."
+        )
+        attempt.save(update_fields=["grader_error"])
+        return attempt
+    attempt.result = result.as_dict()
+    attempt.score = result.score
+    attempt.graded = timezone.now()
+    attempt.grader_error = ""
+    attempt.save(update_fields=["result", "score", "graded", "grader_error"])
+    review_record(attempt=attempt)
+    return attempt
+
+
+def self_assessment_save(*, attempt: Attempt, points: list[int]) -> Attempt:
+    """The learner's own tick list; its score uses the same weights as the grader's."""
+    rubric_points = list(attempt.question.rubric.all())
+    chosen = sorted({i for i in points if 0 <= i < len(rubric_points)})
+    earnable = sum(p.weight for p in rubric_points if not p.penalty)
+    earned = sum(rubric_points[i].weight for i in chosen if not rubric_points[i].penalty)
+    lost = sum(rubric_points[i].weight for i in chosen if rubric_points[i].penalty)
+    attempt.self_points = chosen
+    attempt.self_score = max(0.0, min(1.0, (earned - lost) / earnable)) if earnable else 0.0
+    attempt.save(update_fields=["self_points", "self_score"])
+    return attempt

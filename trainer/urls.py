@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from trainer import practice_views, views
+from trainer import practice_views, scenario_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -11,9 +11,15 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
     path("topics/", include("questions.urls")),
+    path("practice/", views.practice_start, name="practice_start"),
+    path("progress/", views.progress_page, name="progress"),
     path("practice/<slug:slug>/", practice_views.practice_question, name="practice"),
     path("practice/<slug:slug>/new/", practice_views.practice_new_variant, name="practice_new"),
     path("attempts/<int:attempt_id>/", practice_views.attempt_page, name="attempt"),
+    path("attempts/<int:attempt_id>/draft/", scenario_views.draft_autosave, name="draft"),
+    path("attempts/<int:attempt_id>/submit/", scenario_views.answer_submit, name="submit"),
+    path("attempts/<int:attempt_id>/grade/", scenario_views.answer_regrade, name="regrade"),
+    path("attempts/<int:attempt_id>/self/", scenario_views.self_assess, name="self_assess"),
     path(
         "attempts/<int:attempt_id>/steps/<str:step_name>/",
         practice_views.step_submit,

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from questions.models import Question, Topic
+from trainer import progress
 from trainer.health import health_report
+from trainer.reviews import due_cards
 
 
 def topics_with_counts(search: str = ""):
@@ -24,7 +28,13 @@ def topics_with_counts(search: str = ""):
 
 def home(request: HttpRequest) -> HttpResponse:
     search = request.GET.get("q", "").strip()[:100]
-    context = {"topics": topics_with_counts(search), "search": search}
+    topics = list(topics_with_counts(search))
+    context = {"topics": topics, "search": search, "due_now": 0}
+    if request.user.is_authenticated:
+        mine = progress.topic_progress(request.user)
+        for topic in topics:
+            topic.progress = mine.get(topic.id)
+        context["due_now"] = progress.due_count(request.user)
     if request.htmx:
         return render(request, "_topic_list.html", context)
     return render(request, "home.html", context)
@@ -46,3 +56,48 @@ def signup(request: HttpRequest) -> HttpResponse:
 def healthz(request: HttpRequest) -> JsonResponse:
     report, status = health_report(deep=request.GET.get("deep") == "1")
     return JsonResponse(report, status=status)
+
+
+@login_required
+def practice_start(request: HttpRequest) -> HttpResponse:
+    """Start practising: by topic, the most overdue review, or a surprise question."""
+    mode = request.GET.get("mode", "surprise")
+    question = None
+    if mode == "topic":
+        topic = get_object_or_404(Topic, slug=request.GET.get("topic", ""))
+        question = progress.next_in_topic(request.user, topic)
+    elif mode == "due":
+        card = due_cards(request.user).first()
+        if card is None:
+            messages.info(request, "Nothing is due for review. Try a surprise question.")
+            return redirect("home")
+        question = card.question
+    else:
+        question = progress.surprise(request.user)
+    if question is None:
+        messages.info(request, "No published questions yet: load the bank first.")
+        return redirect("home")
+    return redirect("practice", slug=question.slug)
+
+
+@login_required
+def progress_page(request: HttpRequest) -> HttpResponse:
+    history = progress.score_history(request.user)
+    context = {
+        "history": history,
+        "competencies": progress.competency_scores(request.user),
+        "due_days": progress.reviews_due_by_day(request.user),
+        "due_now": progress.due_count(request.user),
+        "chart_data": {
+            "history": [
+                {"when": h["when"].isoformat(), "topic": h["topic"], "score": h["score"]}
+                for h in history
+            ],
+            "competencies": progress.competency_scores(request.user),
+            "due": [
+                {"day": d["day"].isoformat(), "due": d["due"]}
+                for d in progress.reviews_due_by_day(request.user)
+            ],
+        },
+    }
+    return render(request, "trainer/progress.html", context)

@@ -1,0 +1,30 @@
+// Draw the progress charts from the JSON the page embeds (tables carry the same data).
+document.addEventListener("DOMContentLoaded", () => {
+  const data = JSON.parse(document.getElementById("progress-data").textContent);
+  const layout = (title, extra) => Object.assign({
+    margin: { t: 20, r: 10, b: 40, l: 50 }, height: 280, showlegend: true,
+    yaxis: { title, rangemode: "tozero" },
+  }, extra || {});
+  const config = { displayModeBar: false, responsive: true };
+
+  const byTopic = {};
+  for (const h of data.history) {
+    (byTopic[h.topic] = byTopic[h.topic] || { x: [], y: [] });
+    byTopic[h.topic].x.push(h.when);
+    byTopic[h.topic].y.push(Math.round(h.score * 100));
+  }
+  const history = Object.entries(byTopic).map(([topic, s]) => ({
+    x: s.x, y: s.y, name: topic, mode: "lines+markers", type: "scatter",
+  }));
+  Plotly.newPlot("chart-history", history, layout("score %", { yaxis: { title: "score %", range: [0, 100] } }), config);
+
+  Plotly.newPlot("chart-competencies", [{
+    type: "bar", orientation: "h",
+    x: data.competencies.map((c) => Math.round(c.score * 100)),
+    y: data.competencies.map((c) => c.competency),
+  }], layout("", { showlegend: false, xaxis: { title: "mean score %", range: [0, 100] } }), config);
+
+  Plotly.newPlot("chart-due", [{
+    type: "bar", x: data.due.map((d) => d.day), y: data.due.map((d) => d.due),
+  }], layout("cards", { showlegend: false }), config);
+});

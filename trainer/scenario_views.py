@@ -1,0 +1,127 @@
+"""Scenario and design questions: autosaved answer, rubric feedback with evidence,
+self-assessment, next review."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+from django.views.decorators.http import require_POST
+
+from trainer import services
+from trainer.models import Attempt, ReviewCard
+from trainer.selectors import own_attempt
+
+
+@dataclass(frozen=True)
+class PointRow:
+    index: int
+    text: str
+    weight: float
+    penalty: bool
+    hit: bool
+    evidence: str
+    similarity: float
+    self_hit: bool | None
+
+    @property
+    def disagrees(self) -> bool:
+        return self.self_hit is not None and self.self_hit != self.hit
+
+
+def highlight(answer: str, rows: list[PointRow]) -> SafeString:
+    """The answer, escaped, with each evidence sentence marked by the point it earned."""
+    html = escape(answer)
+    for row in rows:
+        if row.hit and row.evidence:
+            sentence = escape(row.evidence)
+            css = "evidence penalty" if row.penalty else "evidence"
+            marked = f'<mark class="{css}" data-point="{row.index + 1}">{sentence}</mark>'
+            html = html.replace(sentence, marked, 1)
+    return mark_safe(html.replace("\n", "<br>"))
+
+
+def point_rows(attempt: Attempt) -> list[PointRow]:
+    results = {p["index"]: p for p in (attempt.result or {}).get("points", [])}
+    chosen = set(attempt.self_points or []) if attempt.self_points is not None else None
+    rows = []
+    for i, point in enumerate(attempt.question.rubric.all()):
+        r = results.get(i, {})
+        rows.append(
+            PointRow(
+                index=i,
+                text=point.text,
+                weight=point.weight,
+                penalty=point.penalty,
+                hit=bool(r.get("hit")),
+                evidence=r.get("evidence", ""),
+                similarity=float(r.get("similarity", 0.0)),
+                self_hit=(i in chosen) if chosen is not None else None,
+            )
+        )
+    return rows
+
+
+def scenario_context(attempt: Attempt) -> dict:
+    rows = point_rows(attempt)
+    card = ReviewCard.objects.filter(user=attempt.user, question=attempt.question).first()
+    return {
+        "attempt": attempt,
+        "question": attempt.question,
+        "rows": rows,
+        "answer_html": highlight(attempt.answer, rows) if attempt.submitted else "",
+        "disagreements": [r for r in rows if r.disagrees],
+        "card": card,
+        "result": attempt.result or {},
+    }
+
+
+def scenario_page(request: HttpRequest, attempt: Attempt) -> HttpResponse:
+    return render(request, "trainer/scenario.html", scenario_context(attempt))
+
+
+@login_required
+@require_POST
+def draft_autosave(request: HttpRequest, attempt_id: int) -> HttpResponse:
+    attempt = own_attempt(request, attempt_id)
+    if attempt.submitted is not None:
+        return HttpResponse('<span class="saved">Already submitted.</span>')
+    services.draft_save(attempt=attempt, text=request.POST.get("answer", ""))
+    return render(request, "trainer/_autosave.html", {"attempt": attempt})
+
+
+@login_required
+@require_POST
+def answer_submit(request: HttpRequest, attempt_id: int) -> HttpResponse:
+    attempt = own_attempt(request, attempt_id)
+    answer = request.POST.get("answer", "")
+    if not answer.strip():
+        services.draft_save(attempt=attempt, text=answer)
+        context = scenario_context(attempt) | {"error": "Write an answer before submitting."}
+        return render(request, "trainer/scenario.html", context, status=400)
+    services.attempt_submit(attempt=attempt, answer=answer)
+    return redirect("attempt", attempt_id=attempt.pk)
+
+
+@login_required
+@require_POST
+def answer_regrade(request: HttpRequest, attempt_id: int) -> HttpResponse:
+    attempt = own_attempt(request, attempt_id)
+    if attempt.submitted is not None and attempt.graded is None:
+        services.attempt_grade(attempt=attempt)
+    return redirect("attempt", attempt_id=attempt.pk)
+
+
+@login_required
+@require_POST
+def self_assess(request: HttpRequest, attempt_id: int) -> HttpResponse:
+    attempt = own_attempt(request, attempt_id)
+    points = [int(p) for p in request.POST.getlist("point") if p.isdigit()]
+    services.self_assessment_save(attempt=attempt, points=points)
+    if request.htmx:
+        return render(request, "trainer/_self_assessment.html", scenario_context(attempt))
+    return redirect("attempt", attempt_id=attempt.pk)
