@@ -25,6 +25,7 @@ class PointRow:
     penalty: bool
     hit: bool
     evidence: str
+    evidence_parts: tuple[str, ...]
     similarity: float
     self_hit: bool | None
 
@@ -37,8 +38,8 @@ def highlight(answer: str, rows: list[PointRow]) -> SafeString:
     """The answer, escaped, with each evidence sentence marked by the point it earned."""
     html = escape(answer)
     for row in rows:
-        if row.hit and row.evidence:
-            sentence = escape(row.evidence)
+        for part in row.evidence_parts if row.hit else ():
+            sentence = escape(part)
             css = "evidence penalty" if row.penalty else "evidence"
             marked = f'<mark class="{css}" data-point="{row.index + 1}">{sentence}</mark>'
             html = html.replace(sentence, marked, 1)

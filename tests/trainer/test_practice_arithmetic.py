@@ -48,6 +48,7 @@ def attempt(bank):
 
 def test_the_same_seed_shows_the_same_numbers_after_reload(client, attempt):
     client.login(username="ada", password="kv-heads-not-heads")
+
     def page() -> str:  # the page less its per-response CSRF token
         html = client.get(f"/attempts/{attempt.pk}/").content.decode()
         return re.sub(r'(csrfmiddlewaretoken" value="|X-CSRFToken": ")[^"]+', "", html)
@@ -60,14 +61,19 @@ def test_the_same_seed_shows_the_same_numbers_after_reload(client, attempt):
 def test_a_step_is_checked_in_place_and_stored(client, attempt):
     client.login(username="ada", password="kv-heads-not-heads")
     response = client.post(
-        f"/attempts/{attempt.pk}/steps/kv_kib_per_token/", {"answer": "0.3125 MiB"},
+        f"/attempts/{attempt.pk}/steps/kv_kib_per_token/",
+        {"answer": "0.3125 MiB"},
         headers={"HX-Request": "true"},
     )
     html = response.content.decode()
     assert html.lstrip().startswith('<li class="step step-correct"')
     answer = StepAnswer.objects.get(attempt=attempt, step_name="kv_kib_per_token")
     assert (answer.raw, answer.value, answer.unit, answer.verdict, answer.credit) == (
-        "0.3125 MiB", 320.0, "KiB", "correct", 1.0
+        "0.3125 MiB",
+        320.0,
+        "KiB",
+        "correct",
+        1.0,
     )
 
 
@@ -115,7 +121,9 @@ def test_finishing_shows_the_score_and_the_worked_solution(client, attempt):
     for step in context.problem.steps:
         last = client.post(
             f"/attempts/{attempt.pk}/steps/{step.name}/",
-            {"answer": f"{reference[step.name].to(parse_unit(step.unit)).magnitude!r} {unit(step)}"},
+            {
+                "answer": f"{reference[step.name].to(parse_unit(step.unit)).magnitude!r} {unit(step)}"
+            },
         ).content.decode()
         assert StepAnswer.objects.filter(attempt=attempt, step_name=step.name).exists(), last
     attempt.refresh_from_db()

