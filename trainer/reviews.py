@@ -25,7 +25,7 @@ def rating_for(attempt: Attempt) -> Rating:
     """
     score = attempt.score or 0.0
     helped = False
-    answers = list(attempt.step_answers.all())
+    answers = list(attempt.step_answers.all()) if attempt.pk else []
     if answers:
         steps = attempt.result.get("steps") or len(answers)
         credits = [a.credit * (0.5 if a.verdict == "follow_through" else 1.0) for a in answers]

@@ -60,6 +60,7 @@ def point_rows(attempt: Attempt) -> list[PointRow]:
                 penalty=point.penalty,
                 hit=bool(r.get("hit")),
                 evidence=r.get("evidence", ""),
+                evidence_parts=tuple(r.get("evidence_parts") or ()),
                 similarity=float(r.get("similarity", 0.0)),
                 self_hit=(i in chosen) if chosen is not None else None,
             )
