@@ -66,7 +66,10 @@ def evaluate(cases, points, analyses, thresholds):
     ordered = 0
     slugs = sorted({c.slug for c in cases})
     for slug in slugs:
-        mean = {lab: statistics.mean(scores[(slug, lab)]) for lab in ("strong", "partial", "buzzword", "off-topic")}
+        mean = {
+            lab: statistics.mean(scores[(slug, lab)])
+            for lab in ("strong", "partial", "buzzword", "off-topic")
+        }
         ordered += mean["strong"] > mean["partial"] > max(mean["buzzword"], mean["off-topic"])
     return agree / total, ordered, len(slugs), scores
 
@@ -113,16 +116,22 @@ def main(argv: list[str] | None = None) -> None:
         print(f"best: {t}  agreement {agreement:.1%}  ordering {ordered}")
         return
     agreement, ordered, n, scores = evaluate(cases, points, analyses, rubric.TUNED)
-    print(f"{len(cases)} answers to {n} questions; point-level agreement {agreement:.1%}; "
-          f"ordering strong > partial > buzzword/off-topic holds on {ordered}/{n}")
+    print(
+        f"{len(cases)} answers to {n} questions; point-level agreement {agreement:.1%}; "
+        f"ordering strong > partial > buzzword/off-topic holds on {ordered}/{n}"
+    )
     print("| label | answers | mean score | min | max |")
     print("|---|---|---|---|---|")
     for label in ("strong", "partial", "buzzword", "off-topic"):
         values = [s for (slug, lab), v in scores.items() if lab == label for s in v]
-        print(f"| {label} | {len(values)} | {statistics.mean(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
+        print(
+            f"| {label} | {len(values)} | {statistics.mean(values):.2f} | {min(values):.2f} | {max(values):.2f} |"
+        )
     timings.sort()
-    print(f"grading one answer (warm): p50 {statistics.median(timings):.1f} ms, "
-          f"p95 {timings[round(0.95 * (len(timings) - 1))]:.1f} ms, max {timings[-1]:.1f} ms")
+    print(
+        f"grading one answer (warm): p50 {statistics.median(timings):.1f} ms, "
+        f"p95 {timings[round(0.95 * (len(timings) - 1))]:.1f} ms, max {timings[-1]:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

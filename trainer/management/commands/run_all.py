@@ -26,8 +26,23 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--queues", default="default,lab-cpu")
         parser.add_argument("--concurrency", type=int, default=1)
+        parser.add_argument(
+            "--web-workers",
+            type=int,
+            default=int(os.environ.get("WEB_WORKERS", "2")),
+            help="uvicorn processes: Django runs sync views on one thread per process",
+        )
 
-    def handle(self, *args, host: str, port: int, queues: str, concurrency: int, **options):
+    def handle(
+        self,
+        *args,
+        host: str,
+        port: int,
+        queues: str,
+        concurrency: int,
+        web_workers: int,
+        **options,
+    ):
         self.children: list[subprocess.Popen] = []
         self.redis_process: subprocess.Popen | None = None
         self.stopping = False
@@ -40,7 +55,7 @@ class Command(BaseCommand):
                 call_command("load_bank")
             accounts = demo_users_ensure()
             self._spawn_worker(queues, concurrency)
-            self._spawn_web(host, port)
+            self._spawn_web(host, port, web_workers)
             self._print_banner(host, port, accounts)
             self._supervise()
         finally:
@@ -64,41 +79,15 @@ class Command(BaseCommand):
         self.children.append(subprocess.Popen(argv, start_new_session=True))
 
     def _spawn_worker(self, queues: str, concurrency: int) -> None:
-        self._spawn(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "trainer",
-                "worker",
-                "-Q",
-                queues,
-                "-c",
-                str(concurrency),
-                "-n",
-                "cpu@%h",
-                "--loglevel",
-                "INFO",
-            ]
-        )
+        argv = [sys.executable, "-m", "celery", "-A", "trainer", "worker", "-Q", queues]
+        argv += ["-c", str(concurrency), "-n", "cpu@%h", "--loglevel", "INFO"]
+        self._spawn(argv)
 
-    def _spawn_web(self, host: str, port: int) -> None:
-        self._spawn(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "trainer.asgi:application",
-                "--host",
-                host,
-                "--port",
-                str(port),
-                "--timeout-graceful-shutdown",
-                "3",
-                "--no-access-log",
-            ]
-        )
+    def _spawn_web(self, host: str, port: int, workers: int) -> None:
+        argv = [sys.executable, "-m", "uvicorn", "trainer.asgi:application"]
+        argv += ["--host", host, "--port", str(port), "--workers", str(max(1, workers))]
+        argv += ["--timeout-graceful-shutdown", "3", "--no-access-log"]
+        self._spawn(argv)
 
     def _print_banner(self, host: str, port: int, accounts) -> None:
         self.stdout.write(
