@@ -154,3 +154,26 @@ def test_practice_resumes_the_latest_attempt_and_new_numbers_start_another(clien
     response = client.post(f"/practice/{SLUG}/new/")
     newest = Attempt.objects.latest("started")
     assert response["Location"] == f"/attempts/{newest.pk}/" and newest.pk != attempt.pk
+
+
+def test_follow_through_and_hints_count_against_the_review_rating(client, attempt):
+    from fsrs import Rating
+
+    from questions.problems import solve
+    from trainer.models import ReviewLog
+
+    client.login(username="ada", password="kv-heads-not-heads")
+    context = services.attempt_context(attempt)
+    wrong_first = solve(context.problem, context.variant.variables)
+    first = context.problem.steps[0]
+    mine = solve(context.problem, context.variant.variables,
+                 overrides={first.name: wrong_first[first.name] * 1.37})
+    for step in context.problem.steps:
+        value = mine[step.name].to(parse_unit(step.unit)).magnitude
+        client.post(f"/attempts/{attempt.pk}/steps/{step.name}/", {"answer": f"{value!r} {unit(step)}"})
+    attempt.refresh_from_db()
+    verdicts = attempt.result["verdicts"]
+    assert verdicts[first.name] == "incorrect" and "follow_through" in verdicts.values()
+    log = ReviewLog.objects.get(attempt=attempt)
+    # Most steps earned full credit, but only by following through: not an easy recall.
+    assert log.rating < Rating.Easy

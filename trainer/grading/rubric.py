@@ -64,7 +64,7 @@ def _load_model():
     # were calibrated with it; the float model agrees about as well (docs/BENCHMARKS.md).
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore")  # torch flags its quantized APIs as deprecated
             return torch.ao.quantization.quantize_dynamic(
                 loaded, {torch.nn.Linear}, dtype=torch.qint8
             )
