@@ -1,0 +1,324 @@
+"""The engine: requests in, tokens out, one scheduler step at a time.
+
+`LLMEngine.add_request(prompt, params) -> id`, `step()`, `stream(id)`, `abort(id)`,
+`generate(prompts, params)`, and metrics per request (queue time, TTFT, TPOT, ITL, token
+counts) and per step (batch size, prefill/decode tokens, KV blocks used/free, prefix hits).
+Metric meanings follow vLLM's serving benchmark (TTFT to the first token; TPOT =
+(E2E - TTFT) / (output tokens - 1); ITL per token). Plain PyTorch, no Django.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Iterator
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from lab.engine.kv_cache import (
+    BlockManager,
+    ContiguousAllocator,
+    ContiguousAttention,
+    KVPool,
+    PagedAttention,
+    kv_usage,
+)
+from lab.engine.model import DenseAttention, LlamaModel, load_model
+from lab.engine.sampler import SamplingParams, make_generator, sample
+from lab.engine.scheduler import Scheduler, Sequence, StaticScheduler
+
+MODES = ("paged", "contiguous", "none")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine caches and schedules. Sizes in tokens unless named otherwise."""
+
+    mode: str = "paged"  # paged | contiguous | none (recompute the whole prefix every step)
+    scheduling: str = "continuous"  # continuous | static
+    block_size: int = 16
+    num_blocks: int | None = None  # default: enough for max_num_seqs full-length sequences
+    max_model_len: int = 512
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 512
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    static_batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}.")
+        if self.scheduling not in ("continuous", "static"):
+            raise ValueError(f"scheduling must be continuous or static, not {self.scheduling!r}.")
+
+
+@dataclass
+class RequestState:
+    seq: Sequence
+    params: SamplingParams
+    generator: torch.Generator | None
+    arrival: float
+    first_scheduled: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    delivered: int = 0  # output tokens already handed out by stream()
+
+    def metrics(self) -> dict[str, float | int | list[float] | None]:
+        """Times in ms. TTFT: arrival -> first token; ITL: gaps between tokens."""
+        times = self.token_times
+        ttft = (times[0] - self.arrival) * 1000 if times else None
+        e2e = (times[-1] - self.arrival) * 1000 if times else None
+        n = len(times)
+        return {
+            "prompt_tokens": self.seq.num_prompt_tokens,
+            "output_tokens": n,
+            "queue_ms": (self.first_scheduled - self.arrival) * 1000
+            if self.first_scheduled
+            else None,
+            "ttft_ms": ttft,
+            "tpot_ms": (e2e - ttft) / (n - 1) if n > 1 and ttft is not None else None,
+            "itl_ms": [(b - a) * 1000 for a, b in itertools.pairwise(times)],
+            "e2e_ms": e2e,
+            "preemptions": self.seq.num_preemptions,
+            "status": self.seq.status.value,
+        }
+
+
+class LLMEngine:
+    """Continuous batching over a paged KV cache (or the contrast modes)."""
+
+    def __init__(self, model: LlamaModel, config: EngineConfig | None = None, tokenizer=None):
+        self.model = model
+        self.config = config or EngineConfig()
+        self.tokenizer = tokenizer
+        self.device = model.device
+        self._ids = itertools.count()
+        self.requests: dict[int, RequestState] = {}
+        self.step_log: list[dict] = []
+        self._build_cache()
+        scheduler_kwargs = {"is_finished": self._is_finished}
+        if self.config.scheduling == "static":
+            self.scheduler = StaticScheduler(
+                self.manager, self.config.static_batch_size, **scheduler_kwargs
+            )
+        else:
+            self.scheduler = Scheduler(
+                self.manager,
+                self.config.max_num_seqs,
+                self.config.max_num_batched_tokens,
+                self.config.enable_chunked_prefill,
+                **scheduler_kwargs,
+            )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        config: EngineConfig | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: str = "cpu",
+    ) -> LLMEngine:
+        """Load HF-format weights (config.json + model.safetensors) and, if present beside
+        them or one folder up, tokenizer.json."""
+        from tokenizers import Tokenizer
+
+        path = Path(path)
+        tokenizer_file = next(
+            (p for p in (path / "tokenizer.json", path.parent / "tokenizer.json") if p.exists()),
+            None,
+        )
+        tokenizer = Tokenizer.from_file(str(tokenizer_file)) if tokenizer_file else None
+        return cls(load_model(path, dtype=dtype, device=device), config, tokenizer)
+
+    # --- cache ---------------------------------------------------------------------------
+    def _build_cache(self) -> None:
+        c, mc = self.config, self.model.config
+        if c.mode == "contiguous":
+            self.manager = ContiguousAllocator(c.max_num_seqs, c.max_model_len)
+            self.pool = KVPool(
+                mc.num_hidden_layers,
+                c.max_num_seqs,
+                c.max_model_len,
+                mc.num_key_value_heads,
+                mc.head_dim,
+                self.model.dtype,
+                self.device,
+            )
+            return
+        num_blocks = c.num_blocks or c.max_num_seqs * math.ceil(c.max_model_len / c.block_size)
+        prefix = c.enable_prefix_caching and c.mode == "paged"
+        self.manager = BlockManager(num_blocks, c.block_size, enable_prefix_caching=prefix)
+        self.pool = None
+        if c.mode == "paged":
+            self.pool = KVPool(
+                mc.num_hidden_layers,
+                num_blocks,
+                c.block_size,
+                mc.num_key_value_heads,
+                mc.head_dim,
+                self.model.dtype,
+                self.device,
+            )
+
+    def kv_bytes_per_token(self) -> int:
+        return self.model.config.kv_bytes_per_token(
+            torch.empty(0, dtype=self.model.dtype).element_size()
+        )
+
+    def kv_usage(self) -> dict:
+        """Allocated vs used KV bytes right now (none mode: what a cache would hold)."""
+        return kv_usage(self.manager, self.kv_bytes_per_token())
+
+    # --- requests ------------------------------------------------------------------------
+    def encode(self, prompt: str | Seq[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("This engine has no tokenizer: pass token ids, not text.")
+            return self.tokenizer.encode(prompt).ids
+        return list(prompt)
+
+    def decode(self, token_ids: Seq[int]) -> str:
+        return self.tokenizer.decode(list(token_ids)) if self.tokenizer else str(list(token_ids))
+
+    def add_request(self, prompt: str | Seq[int], params: SamplingParams | None = None) -> int:
+        """Queue a request; returns its id. Raises ValueError when it cannot fit."""
+        params = params or SamplingParams()
+        tokens = self.encode(prompt)
+        limit = self.config.max_model_len
+        if not tokens:
+            raise ValueError("The prompt is empty; give at least one token.")
+        if len(tokens) + params.max_tokens > limit:
+            raise ValueError(
+                f"Prompt ({len(tokens)} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                f"max_model_len ({limit}); shorten the prompt or lower max_tokens."
+            )
+        request_id = next(self._ids)
+        seq = Sequence(request_id, tokens, sampling_params=params)
+        self.requests[request_id] = RequestState(
+            seq, params, make_generator(params, self.device), time.perf_counter()
+        )
+        seq.arrival_time = self.requests[request_id].arrival
+        self.scheduler.add(seq)
+        return request_id
+
+    def abort(self, request_id: int) -> bool:
+        """Stop a request now; its KV blocks are freed at once. False if already done."""
+        return self.scheduler.abort(request_id) is not None
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def _is_finished(self, seq: Sequence) -> bool:
+        params: SamplingParams = seq.sampling_params
+        if seq.num_generated_tokens >= params.max_tokens:
+            return True
+        last = seq.last_token
+        if last in params.stop_token_ids:
+            return True
+        return not params.ignore_eos and last in self.model.config.eos_token_ids
+
+    # --- one step ------------------------------------------------------------------------
+    def step(self, flush: bool = True) -> dict[int, int]:
+        """Run one scheduler step; returns {request_id: new token} for tokens emitted now."""
+        batch = (
+            self.scheduler.schedule(flush=flush)
+            if isinstance(self.scheduler, StaticScheduler)
+            else self.scheduler.schedule()
+        )
+        if batch.is_empty:
+            return {}
+        started = time.perf_counter()
+        for item in batch.items:
+            state = self.requests[item.seq.seq_id]
+            state.first_scheduled = state.first_scheduled or started
+        logits_rows, emitting = self._forward(batch)
+        new_tokens: dict[int, int | None] = {item.seq.seq_id: None for item in batch.items}
+        if emitting:
+            states = [self.requests[item.seq.seq_id] for item in emitting]
+            tokens = sample(logits_rows, [s.params for s in states], [s.generator for s in states])
+            for item, token in zip(emitting, tokens.tolist(), strict=True):
+                new_tokens[item.seq.seq_id] = token
+        self.scheduler.postprocess(batch, new_tokens)
+        now = time.perf_counter()
+        emitted = {sid: t for sid, t in new_tokens.items() if t is not None}
+        for sid in emitted:
+            self.requests[sid].token_times.append(now)
+        self._log_step(batch, started, now)
+        return emitted
+
+    def _forward(self, batch):
+        """Build the flattened inputs and the attention backend; logits of emitting rows."""
+        items = batch.items
+        if self.config.mode == "none":  # recompute every sequence's whole prefix
+            spans = [(0, item.start_pos + item.num_new_tokens) for item in items]
+            backend = DenseAttention([end for _, end in spans])
+        else:
+            spans = [(item.start_pos, item.start_pos + item.num_new_tokens) for item in items]
+            cached = [item.start_pos for item in items]
+            new = [item.num_new_tokens for item in items]
+            if self.config.mode == "paged":
+                tables = [item.seq.block_table for item in items]
+                backend = PagedAttention(self.pool, tables, cached, new, self.config.block_size)
+            else:
+                backend = ContiguousAttention(
+                    self.pool, [item.seq.block_table[0] for item in items], cached, new
+                )
+        ids = [
+            tok
+            for item, (a, b) in zip(items, spans, strict=True)
+            for tok in item.seq.token_ids[a:b]
+        ]
+        pos = [p for a, b in spans for p in range(a, b)]
+        input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
+        positions = torch.tensor(pos, dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            hidden = self.model(input_ids, positions, backend)
+            ends = list(itertools.accumulate(b - a for a, b in spans))
+            emitting = [item for item in items if item.emits_token]
+            rows = [end - 1 for item, end in zip(items, ends, strict=True) if item.emits_token]
+            logits = self.model.logits(hidden[rows]) if rows else None
+        return logits, emitting
+
+    def _log_step(self, batch, started: float, finished: float) -> None:
+        stats = self.manager.stats(self.kv_bytes_per_token())
+        self.step_log.append(
+            {
+                "ms": (finished - started) * 1000,
+                "num_seqs": batch.num_seqs,
+                "prefill_tokens": batch.num_prefill_tokens,
+                "decode_tokens": batch.num_decode_tokens,
+                "kv_allocated_bytes": stats.get("allocated_bytes"),
+                "kv_used_bytes": stats.get("used_bytes"),
+                "free_blocks": stats.get("free_blocks"),
+                "prefix_hits": stats.get("prefix_hits", 0),
+            }
+        )
+
+    # --- convenience ---------------------------------------------------------------------
+    def stream(self, request_id: int) -> Iterator[int]:
+        """Yield a request's tokens as they are produced (drives step() as needed)."""
+        state = self.requests[request_id]
+        while True:
+            generated = state.seq.generated_token_ids
+            while state.delivered < len(generated):
+                state.delivered += 1
+                yield generated[state.delivered - 1]
+            if state.seq.is_done:
+                return
+            self.step()
+
+    def generate(
+        self, prompts: Seq[str | Seq[int]], params: SamplingParams | Seq[SamplingParams]
+    ) -> list[list[int]]:
+        """Run prompts to completion together; output token ids per prompt, in order."""
+        plist = list(params) if isinstance(params, list | tuple) else [params] * len(prompts)
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist, strict=True)]
+        while self.has_unfinished():
+            self.step()
+        return [self.requests[i].seq.generated_token_ids for i in ids]
+
+    def metrics(self, request_id: int) -> dict:
+        return self.requests[request_id].metrics()

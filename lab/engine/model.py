@@ -1,0 +1,313 @@
+"""Llama-family decoder (llama / mistral / qwen2) with Hugging Face parameter names.
+
+The model never stores K/V: each layer hands its new q/k/v to an attention backend
+(`backend.attend(layer, q, k, v)`), so one model serves the paged, contiguous and no-cache
+modes. `DenseAttention` is the no-cache backend.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from lab.engine.config import ModelConfig, RopeScaling
+
+# Old checkpoints saved RoPE tables; they are recomputed here, never loaded.
+_IGNORED_KEY_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+class AttentionBackend(Protocol):
+    """Where K/V live. See docs/ENGINE.md, "The attention seam"."""
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """q: [T, n_heads, head_dim]; k, v: [T, n_kv_heads, head_dim] -> [T, n_heads, head_dim]."""
+        ...
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm, computed in float32 and cast back as HF does."""
+
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> Tensor:
+    """Inverse frequencies [head_dim // 2] (radians per position), float32, on CPU."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
+    inv_freq = 1.0 / (theta**exponents)
+    return inv_freq if scaling is None else _llama3_scale(inv_freq, scaling)
+
+
+def _llama3_scale(inv_freq: Tensor, s: RopeScaling) -> Tensor:
+    """Llama-3.1 scaling: stretch long wavelengths by `factor`, keep short ones, blend between."""
+    low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_freq_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor
+    )
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """HF's convention: the two halves of head_dim form the (real, imaginary) pairs."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Rotary:
+    """RoPE for arbitrary absolute positions. The frequency table is no module buffer, so it
+    stays float32 whatever dtype the model is cast to; one copy per device."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.inv_freq_cpu = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
+        self._inv_freq_by_device: dict[torch.device, Tensor] = {}
+
+    def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos, sin tables [T, head_dim] for `positions` [T], in `dtype`."""
+        inv_freq = self._inv_freq_by_device.get(positions.device)
+        if inv_freq is None:
+            inv_freq = self.inv_freq_cpu.to(positions.device)
+            self._inv_freq_by_device[positions.device] = inv_freq
+        freqs = positions.float()[:, None] * inv_freq[None, :]
+        angles = torch.cat((freqs, freqs), dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate x [T, heads, head_dim] by the per-token angles in cos/sin [T, head_dim]."""
+    return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
+
+
+class Attention(nn.Module):
+    """Projections and RoPE; the attention itself is the backend's."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        hidden, head_dim = config.hidden_size, config.head_dim
+        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = head_dim
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(hidden, self.num_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * head_dim, hidden, bias=config.o_proj_bias)
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, layer: int, backend: AttentionBackend
+    ) -> Tensor:
+        tokens = x.shape[0]
+        q = self.q_proj(x).view(tokens, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        out = backend.attend(layer, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
+        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SiLU-gated feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        hidden, inner = config.hidden_size, config.intermediate_size
+        self.gate_proj = nn.Linear(hidden, inner, bias=False)
+        self.up_proj = nn.Linear(hidden, inner, bias=False)
+        self.down_proj = nn.Linear(inner, hidden, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(config)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, layer: int, backend: AttentionBackend
+    ) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, layer, backend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderStack(nn.Module):
+    """HF's `model.` prefix: embeddings, layers and the final norm."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class LlamaModel(nn.Module):
+    """Decoder over flattened new tokens; parameter names match HF's *ForCausalLM."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = DecoderStack(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.rotary = Rotary(config)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: Tensor, positions: Tensor, backend: AttentionBackend) -> Tensor:
+        """input_ids, positions (absolute): LongTensor [T] -> final-norm hidden [T, hidden]."""
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self.rotary.cos_sin(positions, x.dtype)
+        for layer, block in enumerate(self.model.layers):
+            x = block(x, cos, sin, layer, backend)
+        return self.model.norm(x)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """hidden [rows, hidden] -> logits [rows, vocab] in the model's dtype."""
+        return self.lm_head(hidden)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+
+class DenseAttention:
+    """No-cache backend: every call carries whole sequences (the "none" mode; tests).
+
+    seq_lens: token count of each sequence, in the order they are concatenated.
+    """
+
+    def __init__(self, seq_lens: Sequence[int]) -> None:
+        self.seq_lens = list(seq_lens)
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Causal attention within each sequence; q [T, H, D], k/v [T, H_kv, D] -> [T, H, D]."""
+        if q.shape[0] != sum(self.seq_lens):
+            raise ValueError(
+                f"DenseAttention got {q.shape[0]} tokens but seq_lens sum to "
+                f"{sum(self.seq_lens)}; pass every token of every sequence."
+            )
+        group = q.shape[1] // k.shape[1]
+        outputs = [
+            causal_attention(qs, ks.repeat_interleave(group, 1), vs.repeat_interleave(group, 1))
+            for qs, ks, vs in zip(
+                q.split(self.seq_lens), k.split(self.seq_lens), v.split(self.seq_lens), strict=True
+            )
+        ]
+        return torch.cat(outputs)
+
+
+def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """SDPA for one sequence with as many K/V heads as query heads: [L, H, D] -> [L, H, D]."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True
+    )
+    return out.transpose(0, 1)
+
+
+def load_model(
+    path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> LlamaModel:
+    """Build the model from a HF folder (config.json + model.safetensors, or shards)."""
+    path = Path(path)
+    config = ModelConfig.from_hf(path)
+    with torch.device("meta"):
+        model = LlamaModel(config)
+    state = _drop_unused(_read_weights(path, device), config)
+    _check_keys(model, state, path)
+    model.load_state_dict({k: t.to(dtype) for k, t in state.items()}, strict=False, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.requires_grad_(False).eval()
+
+
+def _read_weights(path: Path, device: str | torch.device) -> dict[str, Tensor]:
+    single = path / "model.safetensors"
+    if single.is_file():
+        return load_file(single, device=str(device))
+    index = path / "model.safetensors.index.json"
+    if not index.is_file():
+        raise FileNotFoundError(
+            f"{path} has neither model.safetensors nor model.safetensors.index.json; "
+            "save the model with safe_serialization=True."
+        )
+    shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    state: dict[str, Tensor] = {}
+    for shard in shards:
+        state.update(load_file(path / shard, device=str(device)))
+    return state
+
+
+def _drop_unused(state: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
+    """Remove saved RoPE tables, and the lm_head copy some tied checkpoints carry."""
+    tied = config.tie_word_embeddings
+    return {
+        k: t
+        for k, t in state.items()
+        if not k.endswith(_IGNORED_KEY_SUFFIXES) and not (tied and k == "lm_head.weight")
+    }
+
+
+def _check_keys(model: LlamaModel, state: dict[str, Tensor], path: Path) -> None:
+    """Raise, naming the keys, when the checkpoint does not match the config."""
+    tied = model.config.tie_word_embeddings
+    expected = {k for k in model.state_dict() if not (tied and k == "lm_head.weight")}
+    missing, unexpected = sorted(expected - state.keys()), sorted(state.keys() - expected)
+    if missing or unexpected:
+        raise ValueError(
+            f"The weights in {path} do not match its config.json "
+            f"({model.config.model_type}, {model.config.num_hidden_layers} layers): "
+            f"missing keys {_preview(missing)}; unexpected keys {_preview(unexpected)}. "
+            "Check that config.json and the safetensors file belong to the same model."
+        )
+
+
+def _preview(keys: list[str], limit: int = 8) -> str:
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return f"{keys[:limit]}{more}"
+
+
+def save_model(model: LlamaModel, path: str | Path) -> None:
+    """Write config.json + model.safetensors in HF format (transformers can load them)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    dtype_name = str(model.dtype).removeprefix("torch.")
+    config = model.config.to_hf(dtype=dtype_name)
+    (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    state = {
+        k: t.detach().to("cpu").contiguous()
+        for k, t in model.state_dict().items()
+        if not (model.config.tie_word_embeddings and k == "lm_head.weight")
+    }
+    save_file(state, path / "model.safetensors", metadata={"format": "pt"})
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of parameters and buffers (shared tensors once): what each decode step reads."""
+    tensors = list(model.parameters()) + list(model.buffers())
+    return sum(t.numel() * t.element_size() for t in tensors)
