@@ -308,6 +308,8 @@ def save_model(model: LlamaModel, path: str | Path) -> None:
 
 
 def weight_bytes(model: nn.Module) -> int:
-    """Bytes of parameters and buffers (shared tensors once): what each decode step reads."""
-    tensors = list(model.parameters()) + list(model.buffers())
-    return sum(t.numel() * t.element_size() for t in tensors)
+    """Bytes of parameters and buffers (shared tensors once): what each decode step reads.
+
+    Exact for quantized modules too (their codes and scales are buffers)."""
+    tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
