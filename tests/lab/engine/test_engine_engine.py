@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_helpers import random_prompts, reference
 
 from lab.engine.config import ModelConfig
 from lab.engine.engine import EngineConfig, LLMEngine
-from lab.engine.model import DenseAttention, LlamaModel
+from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
 
 CONFIG = ModelConfig.from_hf(
@@ -41,21 +42,7 @@ def model() -> LlamaModel:
 
 
 def prompts(n: int = 6, seed: int = 1) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [
-        torch.randint(1, 95, (int(torch.randint(3, 40, (1,), generator=g)),), generator=g).tolist()
-        for _ in range(n)
-    ]
-
-
-def reference(model: LlamaModel, prompt: list[int], steps: int) -> list[int]:
-    tokens = list(prompt)
-    with torch.inference_mode():
-        for _ in range(steps):
-            ids = torch.tensor(tokens)
-            hidden = model(ids, torch.arange(len(tokens)), DenseAttention([len(tokens)]))
-            tokens.append(int(model.logits(hidden[-1:]).argmax(-1)))
-    return tokens[len(prompt) :]
+    return random_prompts(n, seed)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 import torch
+from engine_helpers import random_prompts, reference
 
 from lab.engine.config import ModelConfig
 from lab.engine.model import DenseAttention, LlamaModel
@@ -81,23 +82,7 @@ def unrelated() -> LlamaModel:
 
 
 def prompts(n: int = 4, seed: int = 1) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [
-        torch.randint(1, 95, (int(torch.randint(3, 40, (1,), generator=g)),), generator=g).tolist()
-        for _ in range(n)
-    ]
-
-
-def reference(model: LlamaModel, prompt: list[int], steps: int) -> list[int]:
-    """Target-only greedy, recomputing the whole sequence each step (no cache at all)."""
-    tokens = list(prompt)
-    with torch.inference_mode():
-        for _ in range(steps):
-            hidden = model(
-                torch.tensor(tokens), torch.arange(len(tokens)), DenseAttention([len(tokens)])
-            )
-            tokens.append(int(model.logits(hidden[-1:]).argmax(-1)))
-    return tokens[len(prompt) :]
+    return random_prompts(n, seed)
 
 
 @pytest.fixture(scope="module")
