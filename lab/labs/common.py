@@ -1,0 +1,133 @@
+"""Helpers the labs share: the bundled models (loaded once per worker process), random
+models of the bundled shape, held-out text, timers that respect CUDA, the device name."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lab.engine.config import ModelConfig
+from lab.engine.model import DenseAttention, LlamaModel, load_model
+
+WEIGHTS = Path(__file__).resolve().parent.parent / "engine" / "weights"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return DTYPES[name]
+
+
+@functools.lru_cache(maxsize=8)
+def _bundled(name: str, dtype: torch.dtype, device: str) -> LlamaModel:
+    return load_model(WEIGHTS / name, dtype=dtype, device=device).requires_grad_(False).eval()
+
+
+def bundled_model(
+    name: str = "target", dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> LlamaModel:
+    """The bundled trained `target` (~5M params) or `draft` (~1M); cached per process:
+    callers must not modify it (quantize a copy: `copy.deepcopy`)."""
+    return _bundled(name, dtype, device)
+
+
+@functools.lru_cache(maxsize=1)
+def tokenizer():
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(WEIGHTS / "tokenizer.json"))
+
+
+def bundled_shape(name: str = "target") -> dict:
+    """The bundled model's HF config.json as a dict (edit it for a variant shape)."""
+    return ModelConfig.from_hf(WEIGHTS / name / "config.json").to_hf()
+
+
+def random_model(
+    shape: dict, device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0
+) -> LlamaModel:
+    """Our model with HF-style random init (normal(0, 0.02) matrices, unit norms)."""
+    torch.manual_seed(seed)
+    model = LlamaModel(ModelConfig.from_hf(shape))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.02) if p.dim() > 1 else p.fill_(1.0)
+    return model.requires_grad_(False).eval().to(device=device, dtype=dtype)
+
+
+def sync(device: str | torch.device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], object], device: str | torch.device) -> tuple[float, object]:
+    """(seconds, result) of one call, synchronising CUDA around it."""
+    sync(device)
+    start = time.perf_counter()
+    result = fn()
+    sync(device)
+    return time.perf_counter() - start, result
+
+
+def device_name(device: str) -> str:
+    """CUDA device name, or the CPU model from /proc/cpuinfo (what the run was measured on)."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next(ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or platform.machine()
+    return f"CPU: {cpu} ({torch.get_num_threads()} torch threads)"
+
+
+@functools.lru_cache(maxsize=1)
+def _heldout_ids() -> torch.Tensor | None:
+    manifest, tokenizer_file = WEIGHTS / "corpus_manifest.txt", WEIGHTS / "tokenizer.json"
+    if not (manifest.exists() and tokenizer_file.exists()):
+        return None
+    from lab.engine.train import read_manifest, stdlib_dir, token_stream
+
+    texts = []
+    for f in read_manifest(manifest)[1]:
+        path = stdlib_dir() / f.rel_path
+        if f.split == "heldout" and path.exists():
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() == f.sha256:
+                texts.append(data.decode("utf-8"))
+    return token_stream(tokenizer(), texts) if texts else None
+
+
+def heldout_windows(num_windows: int, length: int) -> list[torch.Tensor]:
+    """`num_windows` consecutive windows of `length` held-out tokens (manifest files whose
+    sha256 matches this Python's stdlib, tokenised as in training). RuntimeError when this
+    machine's stdlib does not hold enough of them."""
+    ids = _heldout_ids()
+    needed = num_windows * length
+    if ids is None or len(ids) < needed:
+        have = 0 if ids is None else len(ids)
+        raise RuntimeError(
+            f"Held-out text unavailable: need {needed} tokens, this machine's Python stdlib "
+            f"matches the training manifest for {have}."
+        )
+    return [ids[i * length : (i + 1) * length] for i in range(num_windows)]
+
+
+def window_nll(model: LlamaModel, window: torch.Tensor) -> tuple[float, int]:
+    """(summed next-token cross-entropy in nats, tokens scored) of one window, no cache."""
+    w = window.to(model.device)
+    with torch.inference_mode():
+        hidden = model(w, torch.arange(len(w), device=w.device), DenseAttention([len(w)]))
+        logits = model.logits(hidden).float()
+        return F.cross_entropy(logits[:-1], w[1:], reduction="sum").item(), len(w) - 1
+
+
+def perplexity(nll_and_counts: list[tuple[float, int]]) -> float:
+    return math.exp(sum(n for n, _ in nll_and_counts) / sum(c for _, c in nll_and_counts))
