@@ -72,3 +72,34 @@ def live_worker(redis_url):
         loglevel="WARNING",
     ) as worker:
         yield worker
+
+
+@pytest.fixture
+def asgi_server(transactional_db, redis_url):
+    """The project's ASGI app under a real uvicorn (in a thread, on a free port), as `make
+    run` serves it: SSE needs ASGI. Yields the base URL."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    os.environ["TRAINER_WARM_GRADER"] = "0"  # no rubric model load in tests that don't grade
+    from trainer.asgi import application
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(
+        application, log_level="warning", lifespan="off", timeout_graceful_shutdown=2
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            pytest.fail("uvicorn did not start")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(10)

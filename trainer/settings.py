@@ -1,7 +1,7 @@
 """Settings for the inference trainer: one module, everything read from the environment.
 
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL, REDIS_URL, CSRF_TRUSTED_ORIGINS,
-SECURE_SSL_REDIRECT, LAB_MAX_SECONDS. See .env.example.
+SECURE_SSL_REDIRECT, LAB_MAX_SECONDS, LAB_MAX_ACTIVE_RUNS, LAB_STALE_SECONDS. See .env.example.
 """
 
 from __future__ import annotations
@@ -155,6 +155,10 @@ def celery_url(redis_url: str) -> str:
 
 
 LAB_MAX_SECONDS = int(os.environ.get("LAB_MAX_SECONDS", "900"))
+# Lab runs one user may have queued or running at once.
+LAB_MAX_ACTIVE_RUNS = int(os.environ.get("LAB_MAX_ACTIVE_RUNS", "2"))
+# A running lab run whose worker has not heart-beaten for this long is marked failed.
+LAB_STALE_SECONDS = int(os.environ.get("LAB_STALE_SECONDS", "60"))
 # Share of a step's credit each revealed hint costs (arithmetic practice).
 ARITHMETIC_HINT_PENALTY = float(os.environ.get("ARITHMETIC_HINT_PENALTY", "0.10"))
 

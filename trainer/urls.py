@@ -30,5 +30,6 @@ urlpatterns = [
         practice_views.step_hint,
         name="step_hint",
     ),
+    path("lab/", include("lab.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -1,0 +1,297 @@
+"""Lab runs: start (validate, limit, route, enqueue), execute (in a worker: measure, save,
+stream), cancel, and reap runs whose worker died. Views and tasks call only these."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import redis
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from lab import streams
+from lab.labs import LabParamError, get_lab
+from lab.labs.base import LabCancelled, RunContext
+from lab.models import LabPoint, LabRun
+
+log = logging.getLogger(__name__)
+
+ACTIVE = (LabRun.Status.QUEUED, LabRun.Status.RUNNING)
+TERMINAL = (LabRun.Status.DONE, LabRun.Status.FAILED, LabRun.Status.CANCELLED)
+CANCEL_POLL_S = 0.25  # a cancel request is noticed within this long after the next point
+HEARTBEAT_S = 2.0
+
+
+class RunRefused(Exception):  # noqa: N818 (a user-facing refusal, not a bug)
+    """The run cannot start; the message says why and what to do."""
+
+
+# ---------------------------------------------------------------- payloads (DB == stream)
+
+
+def point_payload(point: LabPoint) -> dict[str, Any]:
+    return {"seq": point.seq, "series": point.series, "x": point.x, "y": point.y,
+            "extra": point.extra}  # fmt: skip
+
+
+def status_payload(run: LabRun) -> dict[str, Any]:
+    return {
+        "status": run.status,
+        "worker": run.worker,
+        "device": run.device,
+        "error": run.error,
+        "summary": run.summary,
+        "started": run.started.isoformat() if run.started else None,
+        "finished": run.finished.isoformat() if run.finished else None,
+    }
+
+
+def _publish(run_id: int, kind: str, data: dict[str, Any]) -> None:
+    try:
+        streams.publish(run_id, kind, data)
+    except redis.RedisError as exc:  # the DB has it; live viewers fall back to polling it
+        log.warning("lab run %s: could not stream a %s entry: %s", run_id, kind, exc)
+
+
+def predicted_points(run: LabRun) -> list[dict[str, Any]]:
+    """The lab's prediction for this run's params (drawn before any measurement)."""
+    return [p.as_dict() for p in get_lab(run.lab).predict(run.params)]
+
+
+# ---------------------------------------------------------------- start
+
+
+def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) -> LabRun:
+    """Validate, check the user's limit, create and enqueue a run (after commit).
+
+    Raises KeyError (unknown lab), LabParamError (bad params), RunRefused (limit/no GPU)."""
+    lab = get_lab(slug)
+    params = lab.clean(raw_params)
+    queue = "lab-gpu" if (lab.needs_gpu or gpu) else "lab-cpu"
+    if queue == "lab-gpu" and not any("lab-gpu" in w["queues"] for w in workers_online()):
+        raise RunRefused(
+            "No worker serves the lab-gpu queue right now, so a GPU run would only wait. "
+            + ("This lab needs a GPU; try again when a GPU node is online."
+               if lab.needs_gpu else "Run it on the CPU instead.")  # fmt: skip
+        )
+    reap_stale_runs()
+    limit = settings.LAB_MAX_ACTIVE_RUNS
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()  # serialise
+        active = list(
+            LabRun.objects.filter(owner=user, status__in=ACTIVE).values_list("pk", flat=True)
+        )
+        if len(active) >= limit:
+            ids = ", ".join(f"#{pk}" for pk in active)
+            raise RunRefused(
+                f"You already have {len(active)} lab runs queued or running ({ids}); the limit "
+                f"is {limit}. Wait for one to finish or cancel it, then start this one."
+            )
+        run = LabRun.objects.create(
+            owner=user, lab=lab.slug, params=params, queue=queue, task_id=str(uuid.uuid4())
+        )
+        transaction.on_commit(lambda: _enqueue(run, lab.time_limit_s))
+    return run
+
+
+def _enqueue(run: LabRun, time_limit_s: int) -> None:
+    from lab import tasks
+
+    task = tasks.run_lab_gpu if run.queue == "lab-gpu" else tasks.run_lab_cpu
+    task.apply_async(
+        args=[run.pk],
+        task_id=run.task_id,
+        queue=run.queue,
+        soft_time_limit=time_limit_s,
+        time_limit=time_limit_s + 30,
+    )
+
+
+# ---------------------------------------------------------------- execute (worker side)
+
+
+@dataclass
+class _Liveness:
+    """Heartbeats and cancel checks, each throttled: one cheap UPDATE/SELECT at most."""
+
+    run_id: int
+    last_beat: float = 0.0
+    last_poll: float = 0.0
+    cancelled: bool = False
+
+    def beat(self) -> None:
+        now = time.monotonic()
+        if now - self.last_beat >= HEARTBEAT_S:
+            LabRun.objects.filter(pk=self.run_id).update(heartbeat=timezone.now())
+            self.last_beat = now
+
+    def is_cancelled(self) -> bool:
+        now = time.monotonic()
+        if not self.cancelled and now - self.last_poll >= CANCEL_POLL_S:
+            self.last_poll = now
+            row = LabRun.objects.filter(pk=self.run_id).values("status", "cancel_requested")
+            row = row.first()
+            self.cancelled = row is None or row["cancel_requested"] or (
+                row["status"] != LabRun.Status.RUNNING  # reaped or cancelled meanwhile
+            )
+        return self.cancelled
+
+
+def _device_for(queue: str) -> str:
+    import torch
+
+    if queue == "lab-gpu":
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "This run was routed to lab-gpu but the worker that took it has no CUDA "
+                "device; check which nodes consume lab-gpu (docs/OPERATIONS.md)."
+            )
+        return "cuda"
+    return "cpu"
+
+
+def execute_run(run_id: int, hostname: str) -> str:
+    """Run a queued lab run to the end in this worker; returns its final status."""
+    from lab.labs.common import device_name
+
+    with transaction.atomic():
+        run = LabRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != LabRun.Status.QUEUED:
+            return run.status if run else "missing"  # cancelled while queued, or redelivered
+        run.status, run.worker = LabRun.Status.RUNNING, hostname
+        run.started = run.heartbeat = timezone.now()
+        run.save(update_fields=["status", "worker", "started", "heartbeat"])
+    liveness = _Liveness(run_id, last_beat=time.monotonic())
+    ctx = RunContext(params=dict(run.params), is_cancelled=liveness.is_cancelled,
+                     beat=liveness.beat)  # fmt: skip
+    seq, status, error = 0, LabRun.Status.DONE, ""
+    started = time.perf_counter()
+    try:
+        ctx.device = _device_for(run.queue)
+        run.device = device_name(ctx.device)
+        LabRun.objects.filter(pk=run_id).update(device=run.device)
+        _publish(run_id, "status", status_payload(run))
+        for point in get_lab(run.lab).run(ctx):
+            if not (math.isfinite(point.x) and math.isfinite(point.y)):
+                raise ValueError(f"the lab produced a non-finite point {point!r}")
+            saved = LabPoint.objects.create(run_id=run_id, seq=seq, series=point.series,
+                                            x=point.x, y=point.y, extra=point.extra)  # fmt: skip
+            _publish(run_id, "point", point_payload(saved))
+            seq += 1
+            liveness.beat()
+            if liveness.is_cancelled():
+                raise LabCancelled
+    except LabCancelled:
+        status = LabRun.Status.CANCELLED
+    except SoftTimeLimitExceeded:
+        status = LabRun.Status.FAILED
+        limit = get_lab(run.lab).time_limit_s
+        error = f"Stopped at this lab's time limit ({limit} s); the {seq} points so far are kept."
+    except Exception as exc:  # a lab bug or bad environment: record it readably, keep points
+        log.exception("lab run %s failed", run_id)
+        status, error = LabRun.Status.FAILED, f"{type(exc).__name__}: {exc}"
+    summary = {**ctx.summary, "points": seq, "wall_s": round(time.perf_counter() - started, 3)}
+    return _finish(run_id, status, error, summary)
+
+
+def _finish(run_id: int, status: str, error: str, summary: dict[str, Any]) -> str:
+    """Record the end unless someone else already ended the run (reaper, cancel)."""
+    now = timezone.now()
+    updated = LabRun.objects.filter(pk=run_id, status=LabRun.Status.RUNNING).update(
+        status=status, error=error, summary=summary, finished=now, heartbeat=now
+    )
+    run = LabRun.objects.get(pk=run_id)
+    if updated:
+        _publish(run_id, "status", status_payload(run))
+    return run.status
+
+
+# ---------------------------------------------------------------- cancel and reap
+
+
+def can_view(user, run: LabRun) -> bool:
+    return user.is_authenticated and (run.owner_id == user.pk or user.is_staff)
+
+
+def cancel_run(run: LabRun) -> LabRun:
+    """Queued: revoke and mark cancelled now. Running: ask the worker (it stops at the next
+    point). Already ended: nothing."""
+    if run.status == LabRun.Status.QUEUED:
+        now = timezone.now()
+        if LabRun.objects.filter(pk=run.pk, status=LabRun.Status.QUEUED).update(
+            status=LabRun.Status.CANCELLED, cancel_requested=True, finished=now
+        ):
+            from trainer.celery import app
+
+            try:  # a courtesy: execute_run skips a cancelled run even if this is lost
+                app.control.revoke(run.task_id)
+            except Exception as exc:
+                log.warning("run %s: revoke failed (%s); the worker will skip it", run.pk, exc)
+            run.refresh_from_db()
+            _publish(run.pk, "status", status_payload(run))
+            return run
+    if run.status == LabRun.Status.RUNNING:
+        LabRun.objects.filter(pk=run.pk).update(cancel_requested=True)
+    run.refresh_from_db()
+    return run
+
+
+def reap_stale_runs() -> int:
+    """Fail running runs whose worker stopped heart-beating (died, killed, lost); their
+    points stay. Returns how many were reaped."""
+    limit = settings.LAB_STALE_SECONDS
+    cutoff = timezone.now() - timedelta(seconds=limit)
+    reaped = 0
+    for run in LabRun.objects.filter(status=LabRun.Status.RUNNING, heartbeat__lt=cutoff):
+        last = run.heartbeat.strftime("%H:%M:%S UTC") if run.heartbeat else "never"
+        error = (
+            f"The worker {run.worker or '(unknown)'} stopped reporting (last heartbeat "
+            f"{last}, more than {limit} s ago): it probably died or was restarted. "
+            f"The {run.points.count()} points it recorded are kept."
+        )
+        if LabRun.objects.filter(pk=run.pk, status=LabRun.Status.RUNNING).update(
+            status=LabRun.Status.FAILED, error=error, finished=timezone.now()
+        ):
+            run.refresh_from_db()
+            _publish(run.pk, "status", status_payload(run))
+            reaped += 1
+    return reaped
+
+
+# ---------------------------------------------------------------- workers
+
+
+def workers_online(timeout: float = 1.0) -> list[dict[str, Any]]:
+    """Workers answering a broadcast now, with the queues they consume (cached 10 s)."""
+    from django.core.cache import cache
+
+    cached = cache.get("lab:workers")
+    if cached is not None:
+        return cached
+    from trainer.celery import app
+
+    try:
+        replies = app.control.inspect(timeout=timeout).active_queues() or {}
+        active = app.control.inspect(timeout=timeout).active() or {}
+    except Exception as exc:  # broker down: say so rather than crash the page
+        log.warning("could not inspect workers: %s", exc)
+        return []
+    workers = [
+        {
+            "name": name,
+            "queues": sorted(q["name"] for q in queues),
+            "active": len(active.get(name, [])),
+        }
+        for name, queues in sorted(replies.items())
+    ]
+    cache.set("lab:workers", workers, 10)
+    return workers

@@ -1,0 +1,258 @@
+"""Lab pages: catalog, run form, live run page (+ its SSE stream), my runs, staff queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import redis
+from asgiref.sync import sync_to_async
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import login_required
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseForbidden,
+    StreamingHttpResponse,
+)
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from lab import services, streams
+from lab.labs import LABS, LabParamError, get_lab
+from lab.models import LabPoint, LabRun
+from questions.models import Question, Topic
+
+log = logging.getLogger(__name__)
+TAIL_BLOCK_MS = 2000  # XREAD block; the DB is re-checked (status, stale worker) this often
+KEEPALIVE_EVERY = 7  # blocks without news between keep-alive comments (~15 s)
+
+
+def _questions_by_lab() -> dict[str, list[Question]]:
+    out: dict[str, list[Question]] = {slug: [] for slug in LABS}
+    for q in Question.objects.select_related("topic").order_by("topic__order", "order"):
+        for slug in q.related_labs or ():
+            if slug in out:
+                out[slug].append(q)
+    return out
+
+
+@login_required
+def catalog(request: HttpRequest) -> HttpResponse:
+    questions = _questions_by_lab()
+    topics = {t.slug: t for t in Topic.objects.all()}
+    labs = [
+        {"lab": lab, "questions": questions[slug],
+         "topics": [topics[t] for t in lab.topics if t in topics]}  # fmt: skip
+        for slug, lab in LABS.items()
+    ]
+    return render(request, "lab/catalog.html", {"labs": labs})
+
+
+@login_required
+def lab_form(request: HttpRequest, slug: str) -> HttpResponse:
+    try:
+        lab = get_lab(slug)
+    except KeyError:
+        raise Http404(f"No lab {slug!r}") from None
+    values = {p.name: p.default for p in lab.params}
+    errors: dict[str, str] = {}
+    refusal = ""
+    if request.method == "POST":
+        values = {p.name: request.POST.get(p.name, "") for p in lab.params}
+        if any(p.kind == "bool" for p in lab.params):  # unchecked boxes are absent
+            values.update({p.name: p.name in request.POST for p in lab.params if p.kind == "bool"})
+        try:
+            run = services.start_run(request.user, slug, values, gpu="gpu" in request.POST)
+        except LabParamError as exc:
+            errors = exc.errors
+        except services.RunRefused as exc:
+            refusal = str(exc)
+        else:
+            return redirect("lab_run", run_id=run.pk)
+    fields = [
+        {"param": p, "value": values.get(p.name, p.default), "error": errors.get(p.name, "")}
+        for p in lab.params
+    ]
+    general = {k: v for k, v in errors.items() if k not in {p.name for p in lab.params}}
+    return render(
+        request,
+        "lab/form.html",
+        {"lab": lab, "fields": fields, "general_errors": general, "refusal": refusal,
+         "questions": _questions_by_lab()[slug], "status": 400 if errors or refusal else 200},
+        status=400 if errors or refusal else 200,
+    )  # fmt: skip
+
+
+def _own_run(request: HttpRequest, run_id: int) -> LabRun:
+    run = get_object_or_404(LabRun, pk=run_id)
+    if not services.can_view(request.user, run):
+        raise Http404("No such run")  # do not reveal other users' runs exist
+    return run
+
+
+@login_required
+def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
+    services.reap_stale_runs()
+    run = _own_run(request, run_id)
+    lab = get_lab(run.lab)
+    points = [services.point_payload(p) for p in run.points.order_by("seq")]
+    page = {
+        "run": run.pk,
+        "lab": lab.describe(),
+        "predicted": services.predicted_points(run),
+        "points": points,
+        "status": services.status_payload(run),
+        "events_url": reverse("lab_run_events", args=[run.pk]),
+        "cancel_url": reverse("lab_run_cancel", args=[run.pk]),
+    }
+    params = [(p, run.params.get(p.name)) for p in lab.params]
+    return render(
+        request,
+        "lab/run.html",
+        {"run": run, "lab": lab, "page": page, "params": params,
+         "questions": _questions_by_lab()[run.lab]},
+    )  # fmt: skip
+
+
+@login_required
+@require_POST
+def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _own_run(request, run_id)
+    run = services.cancel_run(run)
+    if request.headers.get("HX-Request") or request.headers.get("Accept") == "application/json":
+        return HttpResponse(json.dumps(services.status_payload(run)),
+                            content_type="application/json")  # fmt: skip
+    messages.info(request, f"Run #{run.pk}: cancel requested ({run.get_status_display()}).")
+    return redirect(request.POST.get("next") or reverse("lab_run", args=[run.pk]))
+
+
+@login_required
+def my_runs(request: HttpRequest) -> HttpResponse:
+    services.reap_stale_runs()
+    runs = LabRun.objects.filter(owner=request.user).order_by("-created")[:200]
+    return render(request, "lab/my_runs.html", {"runs": runs, "labs": LABS})
+
+
+@staff_member_required
+def queue_view(request: HttpRequest) -> HttpResponse:
+    services.reap_stale_runs()
+    runs = (
+        LabRun.objects.filter(status__in=services.ACTIVE)
+        .select_related("owner")
+        .order_by("created")
+    )
+    workers = services.workers_online()
+    for w in workers:
+        last = LabRun.objects.filter(worker=w["name"]).exclude(device="").order_by("-started")
+        w["device"] = last.values_list("device", flat=True).first() or "(no run yet)"
+    return render(request, "lab/queue.html", {"runs": runs, "workers": workers, "labs": LABS})
+
+
+# ---------------------------------------------------------------- SSE (ASGI only)
+
+
+def _sse(event: str, data: dict, event_id: int | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+def _last_seq(request: HttpRequest) -> int:
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("last_id") or "-1"
+    try:
+        return int(raw)
+    except ValueError:
+        return -1
+
+
+async def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
+    """text/event-stream of a run: `point` events (id = seq) after the client's last seq,
+    `status` events, then `end`. Catch-up comes from the DB (durable, complete), live
+    points from the Redis Stream; seqs already sent are skipped, so nothing is lost or
+    repeated across reconnects."""
+    user = await request.auser()
+    if not user.is_authenticated:
+        return HttpResponseForbidden("Log in to watch a lab run.")
+    run = await LabRun.objects.filter(pk=run_id).afirst()
+    if run is None or not services.can_view(user, run):
+        raise Http404("No such run")
+    response = StreamingHttpResponse(
+        _stream(run_id, _last_seq(request)), content_type="text/event-stream"
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _db_points(run_id: int, after: int) -> list[dict]:
+    rows = LabPoint.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")
+    return [services.point_payload(p) async for p in rows]
+
+
+async def _stream(run_id: int, last: int):
+    client = streams.async_client()
+    key = streams.key(run_id)
+    try:
+        try:  # where the stream stands now: tail from here after the DB catch-up
+            newest = await client.xrevrange(key, count=1)
+            cursor: bytes | None = newest[0][0] if newest else b"0-0"
+        except redis.RedisError:
+            cursor = None  # no Redis: poll the DB instead
+        for p in await _db_points(run_id, last):
+            last = p["seq"]
+            yield _sse("point", p, last)
+        run = await LabRun.objects.aget(pk=run_id)
+        yield _sse("status", services.status_payload(run))
+        quiet = 0
+        while run.status not in services.TERMINAL:
+            entries = []
+            if cursor is not None:
+                try:
+                    reply = await client.xread({key: cursor}, block=TAIL_BLOCK_MS, count=500)
+                    entries = reply[0][1] if reply else []
+                except redis.RedisError as exc:
+                    log.warning("run %s: stream read failed, polling the DB: %s", run_id, exc)
+                    cursor = None
+            else:
+                await asyncio.sleep(1.0)
+            for entry_id, fields in entries:
+                cursor = entry_id
+                kind, data = streams.decode_entry(fields)
+                if kind == "point":
+                    if data["seq"] <= last:
+                        continue
+                    if data["seq"] > last + 1:  # a gap (trimmed stream): fill from the DB
+                        for p in await _db_points(run_id, last):
+                            if p["seq"] < data["seq"]:
+                                last = p["seq"]
+                                yield _sse("point", p, last)
+                    last = data["seq"]
+                    yield _sse("point", data, last)
+                else:
+                    yield _sse("status", data)
+            if entries:
+                quiet = 0
+                run = await LabRun.objects.aget(pk=run_id)
+                continue
+            quiet += 1
+            if quiet % KEEPALIVE_EVERY == 0:
+                yield ": keep-alive\n\n"
+            await sync_to_async(services.reap_stale_runs)()
+            run = await LabRun.objects.aget(pk=run_id)
+            if cursor is None or run.status in services.TERMINAL:
+                for p in await _db_points(run_id, last):  # anything the stream missed
+                    last = p["seq"]
+                    yield _sse("point", p, last)
+        run = await LabRun.objects.aget(pk=run_id)
+        for p in await _db_points(run_id, last):
+            last = p["seq"]
+            yield _sse("point", p, last)
+        yield _sse("end", services.status_payload(run))
+    except asyncio.CancelledError:  # the browser went away
+        raise
+    finally:
+        await client.aclose()

@@ -1,0 +1,144 @@
+// The live run page: the predicted curves are drawn at once, measured points arrive over
+// SSE (id = point seq) and are appended with Plotly.extendTraces in batches; a reload or a
+// reconnect resumes after the last seq drawn, so no point is lost or drawn twice.
+document.addEventListener("DOMContentLoaded", () => {
+  const page = JSON.parse(document.getElementById("lab-run-data").textContent);
+  const chartDiv = document.getElementById("lab-chart");
+  const series = page.lab.series;
+  const index = Object.fromEntries(series.map((s, i) => [s.name, i]));
+  const predictedFor = {}; // measured series name -> predicted series name
+  for (const s of series) if (s.kind === "predicted" && s.predicts) predictedFor[s.predicts] = s.name;
+  const data = Object.fromEntries(series.map((s) => [s.name, []])); // name -> [{x, y, extra}]
+  const state = { lastSeq: -1, drawn: 0, firstPointMs: null, ended: false, source: null };
+  window.labRun = state; // read by the browser tests
+
+  const fmt = (v) => (typeof v !== "number" ? String(v)
+    : Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(4)
+    : Number.isInteger(v) ? String(v) : v.toPrecision(5));
+
+  const traces = series.map((s) => ({
+    name: s.label, type: "scatter", mode: s.mode, x: [], y: [],
+    yaxis: s.axis === "y2" ? "y2" : "y",
+    line: s.kind === "predicted" ? { dash: "dash" } : {},
+  }));
+  const chart = page.lab.chart;
+  const layout = {
+    margin: { t: 20, r: chart.y2_title ? 60 : 10, b: 50, l: 70 }, height: 420,
+    xaxis: { title: { text: chart.x_title }, type: chart.x_type },
+    yaxis: { title: { text: chart.y_title }, type: chart.y_type, rangemode: "tozero" },
+    legend: { orientation: "h", y: -0.2 },
+  };
+  if (chart.y2_title) {
+    layout.yaxis2 = { title: { text: chart.y2_title }, overlaying: "y", side: "right", rangemode: "tozero" };
+  }
+  Plotly.newPlot(chartDiv, traces, layout, { displayModeBar: false, responsive: true });
+
+  let pending = {}; // trace index -> {x: [], y: []}
+  const add = (p, isMeasurement) => {
+    if (!(p.series in index)) return;
+    data[p.series].push(p);
+    const i = index[p.series];
+    (pending[i] = pending[i] || { x: [], y: [] });
+    pending[i].x.push(p.x);
+    pending[i].y.push(p.y);
+    if (isMeasurement) {
+      state.lastSeq = Math.max(state.lastSeq, p.seq);
+      state.drawn += 1;
+      if (state.firstPointMs === null) state.firstPointMs = performance.now();
+    }
+  };
+  const flush = () => {
+    const idx = Object.keys(pending).map(Number);
+    if (!idx.length) return;
+    Plotly.extendTraces(chartDiv, { x: idx.map((i) => pending[i].x), y: idx.map((i) => pending[i].y) }, idx);
+    pending = {};
+    document.getElementById("point-count").textContent = state.drawn;
+    renderTable();
+  };
+
+  // Predicted value for a measured point: its own extra.predicted, else the paired
+  // predicted series at the same x (linear interpolation between its points).
+  const predictedAt = (p) => {
+    if (p.extra && typeof p.extra.predicted === "number") return p.extra.predicted;
+    const other = predictedFor[p.series] && data[predictedFor[p.series]];
+    if (!other || !other.length) return null;
+    const pts = [...other].sort((a, b) => a.x - b.x);
+    for (let k = 0; k < pts.length; k++) {
+      if (pts[k].x === p.x) return pts[k].y;
+      if (k > 0 && pts[k - 1].x < p.x && p.x < pts[k].x) {
+        const t = (p.x - pts[k - 1].x) / (pts[k].x - pts[k - 1].x);
+        return pts[k - 1].y + t * (pts[k].y - pts[k - 1].y);
+      }
+    }
+    return null;
+  };
+  const tbody = document.querySelector("#mvp-table tbody");
+  const renderTable = () => {
+    const rows = [];
+    for (const s of series) {
+      if (s.kind !== "measured") continue;
+      for (const p of data[s.name]) {
+        const pred = predictedAt(p);
+        if (pred === null) continue;
+        const ratio = pred !== 0 ? fmt(p.y / pred) : (p.y === 0 ? "1" : "—");
+        rows.push(`<tr><td>${s.label}</td><td>${fmt(p.x)}</td><td>${fmt(p.y)}</td><td>${fmt(pred)}</td><td>${ratio}</td></tr>`);
+      }
+    }
+    tbody.innerHTML = rows.join("") || '<tr><td colspan="5" class="empty">No measured point with a prediction yet.</td></tr>';
+  };
+
+  const showStatus = (s) => {
+    const el = document.getElementById("run-status");
+    el.textContent = s.status.charAt(0).toUpperCase() + s.status.slice(1);
+    el.dataset.status = s.status;
+    if (s.worker) document.getElementById("run-worker").textContent = s.worker;
+    if (s.device) document.getElementById("run-device").textContent = s.device;
+    const err = document.getElementById("run-error");
+    err.textContent = s.error || "";
+    err.hidden = !s.error;
+    const done = ["done", "failed", "cancelled"].includes(s.status);
+    document.getElementById("cancel-run").hidden = done;
+    if (done && s.summary && Object.keys(s.summary).length) {
+      document.querySelector("#summary-table tbody").innerHTML = Object.entries(s.summary)
+        .map(([k, v]) => `<tr><th>${k}</th><td>${fmt(v)}</td></tr>`).join("");
+    }
+  };
+
+  for (const p of page.predicted) add(p, false);
+  for (const p of page.points) add(p, true);
+  flush();
+  renderTable();
+  const timer = setInterval(flush, 200);
+
+  if (!["done", "failed", "cancelled"].includes(page.status.status)) {
+    const source = new EventSource(`${page.events_url}?last_id=${state.lastSeq}`);
+    state.source = source;
+    source.addEventListener("point", (ev) => {
+      const p = JSON.parse(ev.data);
+      if (p.seq > state.lastSeq) add(p, true); // never twice, even across reconnects
+    });
+    source.addEventListener("status", (ev) => showStatus(JSON.parse(ev.data)));
+    source.addEventListener("end", (ev) => {
+      showStatus(JSON.parse(ev.data));
+      source.close();
+      flush();
+      clearInterval(timer);
+      state.ended = true;
+    });
+  } else {
+    state.ended = true;
+  }
+
+  document.getElementById("cancel-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const form = ev.target;
+    const resp = await fetch(form.action, {
+      method: "POST", body: new FormData(form), headers: { Accept: "application/json" },
+    });
+    if (resp.ok) {
+      const s = await resp.json();
+      showStatus(s);
+      if (s.status === "running") document.getElementById("run-status").textContent = "Cancelling…";
+    }
+  });
+});
