@@ -19,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from lab import streams
-from lab.labs import LabParamError, get_lab
+from lab.labs import get_lab
 from lab.labs.base import LabCancelled, RunContext
 from lab.models import LabPoint, LabRun
 
@@ -31,7 +31,7 @@ CANCEL_POLL_S = 0.25  # a cancel request is noticed within this long after the n
 HEARTBEAT_S = 2.0
 
 
-class RunRefused(Exception):  # noqa: N818 (a user-facing refusal, not a bug)
+class RunRefused(Exception):  # a user-facing refusal, not a bug
     """The run cannot start; the message says why and what to do."""
 
 
@@ -39,8 +39,13 @@ class RunRefused(Exception):  # noqa: N818 (a user-facing refusal, not a bug)
 
 
 def point_payload(point: LabPoint) -> dict[str, Any]:
-    return {"seq": point.seq, "series": point.series, "x": point.x, "y": point.y,
-            "extra": point.extra}  # fmt: skip
+    return {
+        "seq": point.seq,
+        "series": point.series,
+        "x": point.x,
+        "y": point.y,
+        "extra": point.extra,
+    }
 
 
 def status_payload(run: LabRun) -> dict[str, Any]:
@@ -53,6 +58,14 @@ def status_payload(run: LabRun) -> dict[str, Any]:
         "started": run.started.isoformat() if run.started else None,
         "finished": run.finished.isoformat() if run.finished else None,
     }
+
+
+def _clear_stream(run_id: int) -> None:
+    """Drop any stream left under this run's key (a database reset reuses run ids)."""
+    try:
+        streams.client().delete(streams.key(run_id))
+    except redis.RedisError as exc:
+        log.warning("lab run %s: could not clear its stream: %s", run_id, exc)
 
 
 def _publish(run_id: int, kind: str, data: dict[str, Any]) -> None:
@@ -80,8 +93,11 @@ def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) ->
     if queue == "lab-gpu" and not any("lab-gpu" in w["queues"] for w in workers_online()):
         raise RunRefused(
             "No worker serves the lab-gpu queue right now, so a GPU run would only wait. "
-            + ("This lab needs a GPU; try again when a GPU node is online."
-               if lab.needs_gpu else "Run it on the CPU instead.")  # fmt: skip
+            + (
+                "This lab needs a GPU; try again when a GPU node is online."
+                if lab.needs_gpu
+                else "Run it on the CPU instead."
+            )
         )
     reap_stale_runs()
     limit = settings.LAB_MAX_ACTIVE_RUNS
@@ -100,6 +116,7 @@ def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) ->
             owner=user, lab=lab.slug, params=params, queue=queue, task_id=str(uuid.uuid4())
         )
         transaction.on_commit(lambda: _enqueue(run, lab.time_limit_s))
+    _clear_stream(run.pk)
     return run
 
 
@@ -140,8 +157,12 @@ class _Liveness:
             self.last_poll = now
             row = LabRun.objects.filter(pk=self.run_id).values("status", "cancel_requested")
             row = row.first()
-            self.cancelled = row is None or row["cancel_requested"] or (
-                row["status"] != LabRun.Status.RUNNING  # reaped or cancelled meanwhile
+            self.cancelled = (
+                row is None
+                or row["cancel_requested"]
+                or (
+                    row["status"] != LabRun.Status.RUNNING  # reaped or cancelled meanwhile
+                )
             )
         return self.cancelled
 
@@ -159,20 +180,27 @@ def _device_for(queue: str) -> str:
     return "cpu"
 
 
-def execute_run(run_id: int, hostname: str) -> str:
-    """Run a queued lab run to the end in this worker; returns its final status."""
+def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
+    """Run a queued lab run to the end in this worker; returns its final status.
+
+    A message whose task id is not the run's (a stale redelivery, or a leftover from a
+    database whose ids were reused) is ignored."""
     from lab.labs.common import device_name
 
     with transaction.atomic():
         run = LabRun.objects.select_for_update().filter(pk=run_id).first()
-        if run is None or run.status != LabRun.Status.QUEUED:
-            return run.status if run else "missing"  # cancelled while queued, or redelivered
+        if run is None or (task_id and run.task_id and task_id != run.task_id):
+            return "stale"
+        if run.status != LabRun.Status.QUEUED:
+            return run.status  # cancelled while queued, or redelivered after it started
         run.status, run.worker = LabRun.Status.RUNNING, hostname
         run.started = run.heartbeat = timezone.now()
         run.save(update_fields=["status", "worker", "started", "heartbeat"])
+    _clear_stream(run_id)
     liveness = _Liveness(run_id, last_beat=time.monotonic())
-    ctx = RunContext(params=dict(run.params), is_cancelled=liveness.is_cancelled,
-                     beat=liveness.beat)  # fmt: skip
+    ctx = RunContext(
+        params=dict(run.params), is_cancelled=liveness.is_cancelled, beat=liveness.beat
+    )
     seq, status, error = 0, LabRun.Status.DONE, ""
     started = time.perf_counter()
     try:
@@ -183,8 +211,14 @@ def execute_run(run_id: int, hostname: str) -> str:
         for point in get_lab(run.lab).run(ctx):
             if not (math.isfinite(point.x) and math.isfinite(point.y)):
                 raise ValueError(f"the lab produced a non-finite point {point!r}")
-            saved = LabPoint.objects.create(run_id=run_id, seq=seq, series=point.series,
-                                            x=point.x, y=point.y, extra=point.extra)  # fmt: skip
+            saved = LabPoint.objects.create(
+                run_id=run_id,
+                seq=seq,
+                series=point.series,
+                x=float(point.x),
+                y=float(point.y),
+                extra=point.extra,
+            )
             _publish(run_id, "point", point_payload(saved))
             seq += 1
             liveness.beat()

@@ -46,8 +46,11 @@ def catalog(request: HttpRequest) -> HttpResponse:
     questions = _questions_by_lab()
     topics = {t.slug: t for t in Topic.objects.all()}
     labs = [
-        {"lab": lab, "questions": questions[slug],
-         "topics": [topics[t] for t in lab.topics if t in topics]}  # fmt: skip
+        {
+            "lab": lab,
+            "questions": questions[slug],
+            "topics": [topics[t] for t in lab.topics if t in topics],
+        }
         for slug, lab in LABS.items()
     ]
     return render(request, "lab/catalog.html", {"labs": labs})
@@ -82,10 +85,16 @@ def lab_form(request: HttpRequest, slug: str) -> HttpResponse:
     return render(
         request,
         "lab/form.html",
-        {"lab": lab, "fields": fields, "general_errors": general, "refusal": refusal,
-         "questions": _questions_by_lab()[slug], "status": 400 if errors or refusal else 200},
+        {
+            "lab": lab,
+            "fields": fields,
+            "general_errors": general,
+            "refusal": refusal,
+            "questions": _questions_by_lab()[slug],
+            "status": 400 if errors or refusal else 200,
+        },
         status=400 if errors or refusal else 200,
-    )  # fmt: skip
+    )
 
 
 def _own_run(request: HttpRequest, run_id: int) -> LabRun:
@@ -114,9 +123,14 @@ def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(
         request,
         "lab/run.html",
-        {"run": run, "lab": lab, "page": page, "params": params,
-         "questions": _questions_by_lab()[run.lab]},
-    )  # fmt: skip
+        {
+            "run": run,
+            "lab": lab,
+            "page": page,
+            "params": params,
+            "questions": _questions_by_lab()[run.lab],
+        },
+    )
 
 
 @login_required
@@ -125,8 +139,9 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _own_run(request, run_id)
     run = services.cancel_run(run)
     if request.headers.get("HX-Request") or request.headers.get("Accept") == "application/json":
-        return HttpResponse(json.dumps(services.status_payload(run)),
-                            content_type="application/json")  # fmt: skip
+        return HttpResponse(
+            json.dumps(services.status_payload(run)), content_type="application/json"
+        )
     messages.info(request, f"Run #{run.pk}: cancel requested ({run.get_status_display()}).")
     return redirect(request.POST.get("next") or reverse("lab_run", args=[run.pk]))
 

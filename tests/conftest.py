@@ -62,6 +62,7 @@ def live_worker(redis_url):
 
     from trainer.celery import app
 
+    app.control.purge()  # messages left by an earlier, interrupted test session
     with start_worker(
         app,
         pool="solo",

@@ -12,9 +12,7 @@ from lab.labs.base import Lab, LabParamError, Point, RunContext
 
 __all__ = ["LABS", "Lab", "LabParamError", "Point", "RunContext", "get_lab"]
 
-MODULES = (
-    "kv_cache_growth",
-)
+MODULES = ("kv_cache_growth",)
 
 LABS: dict[str, Lab] = {}
 for _name in MODULES:

@@ -23,7 +23,7 @@ class LabParamError(ValueError):
         super().__init__("; ".join(f"{k}: {v}" for k, v in self.errors.items()))
 
 
-class LabCancelled(Exception):  # noqa: N818 (a control-flow signal, not an error)
+class LabCancelled(Exception):  # a control-flow signal, not an error
     """Raised by `RunContext.check_cancel()` when the user asked to stop the run."""
 
 

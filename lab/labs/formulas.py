@@ -5,7 +5,7 @@ expression equal to the bank's."""
 
 from __future__ import annotations
 
-from questions.expressions import evaluate
+from questions.expressions import UREG, evaluate
 
 # kv-cache-arithmetic.yaml, step "kv bytes per token" (all layers, K and V).
 KV_BYTES_PER_TOKEN = "2 * model_layers * model_kv_heads * model_head_dim * kvdtype_bytes"
@@ -68,5 +68,90 @@ SPEC_SPEEDUP = "(1 - alpha ** (k + 1)) / (1 - alpha) / (k * cost_ratio + 1)"
 def spec_speedup(alpha: float, k: int, cost_ratio: float) -> float:
     """Speedup over target-only decoding when a draft step costs `cost_ratio` target steps
     and verifying k + 1 tokens costs one target step."""
-    return spec_tokens_per_step(alpha, k) / evaluate("k * cost_ratio + 1",
-                                                     {"k": k, "cost_ratio": cost_ratio}).magnitude
+    if alpha >= 1.0:  # the expression divides by 1 - alpha
+        alpha = 1.0 - 1e-12
+    values = {"alpha": alpha, "k": k, "cost_ratio": cost_ratio}
+    return evaluate(SPEC_SPEEDUP, values).magnitude
+
+
+# continuous-batching.yaml "static_util": tokens produced / (slots x steps the batch ran).
+SLOT_UTILISATION = "useful_tokens / (batch * long_tokens)"
+
+
+def slot_utilisation(useful_tokens: int, batch: int, steps: int) -> float:
+    """Share of batch x steps slot-steps that produced a token (long_tokens = steps run)."""
+    values = {"useful_tokens": useful_tokens, "batch": batch, "long_tokens": steps}
+    return evaluate(SLOT_UTILISATION, values).magnitude
+
+
+# prefill-decode.yaml "tpot_ms": roofline time of one forward step over `batch` tokens, the
+# larger of streaming the weights once and doing 2 FLOPs per weight per token.
+STEP_ROOFLINE = (
+    "max(model_params * dtype_bytes / gpu_bandwidth, "
+    "2 * model_params * batch * FLOP / gpu_bf16_tflops)"
+)
+
+
+def step_roofline_ms(
+    params: int, dtype_bytes: int, bandwidth_bytes_s: float, flop_s: float, tokens: int
+) -> float:
+    """Roofline ms of a step computing `tokens` tokens (measured bandwidth and FLOP/s)."""
+    values = {"model_params": params, "dtype_bytes": UREG.Quantity(dtype_bytes, "B"),
+              "gpu_bandwidth": UREG.Quantity(bandwidth_bytes_s, "B/s"), "batch": tokens,
+              "gpu_bf16_tflops": UREG.Quantity(flop_s, "FLOP/s")}  # fmt: skip
+    return evaluate(STEP_ROOFLINE, values).to("ms").magnitude
+
+
+# flash-attention.yaml "scores_per_head" and "scores_per_layer": the N x N score matrix that
+# unfused attention writes, once per query head.
+ATTN_SCORES_PER_HEAD = "seq_len ** 2 * dtype_bytes"
+ATTN_SCORES_PER_LAYER = "scores_per_head * model_heads"
+# Tiled (FlashAttention-style) attention keeps only a score tile: every query x one key block.
+ATTN_TILE_PER_LAYER = "seq_len * kv_block * dtype_bytes * model_heads"
+
+
+def attention_scores_bytes(seq_len: int, heads: int, dtype_bytes: int) -> float:
+    per_head = evaluate(ATTN_SCORES_PER_HEAD, {"seq_len": seq_len, "dtype_bytes": dtype_bytes})
+    return evaluate(ATTN_SCORES_PER_LAYER, {"scores_per_head": per_head,
+                                            "model_heads": heads}).magnitude  # fmt: skip
+
+
+def attention_tile_bytes(seq_len: int, kv_block: int, heads: int, dtype_bytes: int) -> float:
+    values = {"seq_len": seq_len, "kv_block": kv_block, "dtype_bytes": dtype_bytes,
+              "model_heads": heads}  # fmt: skip
+    return evaluate(ATTN_TILE_PER_LAYER, values).magnitude
+
+
+# FLOPs of one decode step: 2 per decoder weight per token computed, the LM head once (the
+# sampled row), and QK^T + PV (4 x head_dim per query head) for every (query, key) pair.
+DECODE_STEP_FLOPS = (
+    "2 * layer_params * new_tokens * FLOP + 2 * lm_head_params * FLOP"
+    " + 4 * model_layers * model_heads * model_head_dim * attended_pairs * FLOP"
+)
+
+
+def decode_step_flops(
+    layer_params: int, lm_head_params: int, layers: int, heads: int, head_dim: int,
+    new_tokens: int, attended_pairs: int,
+) -> float:  # fmt: skip
+    values = {"layer_params": layer_params, "lm_head_params": lm_head_params,
+              "model_layers": layers, "model_heads": heads, "model_head_dim": head_dim,
+              "new_tokens": new_tokens, "attended_pairs": attended_pairs}  # fmt: skip
+    return evaluate(DECODE_STEP_FLOPS, values).to("FLOP").magnitude
+
+
+# paged-attention.yaml "contiguous_waste" and "paged_waste": the reserved share never used.
+CONTIGUOUS_WASTE = "1 - mean_len / max_len"
+PAGED_WASTE = "1 - mean_len / paged_tokens"
+
+
+def contiguous_waste(mean_len: float, max_len: int) -> float:
+    """Waste when every sequence reserves max_len slots (lengths in tokens)."""
+    return evaluate(CONTIGUOUS_WASTE, {"mean_len": mean_len, "max_len": max_len}).magnitude
+
+
+def paged_waste(mean_len: float, paged_tokens: float) -> float:
+    """Waste when each sequence holds paged_tokens slots on average: the mean over
+    sequences of ceil(len / block_size) x block_size."""
+    values = {"mean_len": mean_len, "paged_tokens": paged_tokens}
+    return evaluate(PAGED_WASTE, values).magnitude

@@ -46,13 +46,21 @@ class KVCacheGrowth(Lab):
     )
     topics = ("kv-cache-basics", "kv-cache-arithmetic")
     params = (
-        Param("tokens", "Tokens to cache", "int", 384, min=16, max=512, unit="tokens",
-              help="prompt + generated tokens (the bundled model's context is 512)"),
+        Param(
+            "tokens",
+            "Tokens to cache",
+            "int",
+            384,
+            min=16,
+            max=512,
+            unit="tokens",
+            help="prompt + generated tokens (the bundled model's context is 512)",
+        ),
         Param("prompt_tokens", "Prompt tokens", "int", 128, min=1, max=496, unit="tokens"),
         Param("block_size", "Block size", "int", 16, min=1, max=128, unit="tokens"),
         Param("dtype", "KV dtype", "choice", "fp32", choices=("fp32", "bf16", "fp16")),
         Param("every", "Point every", "int", 16, min=1, max=128, unit="tokens"),
-    )  # fmt: skip
+    )
     series = (
         Series("mha", "MHA measured (written)"),
         Series("mha-predicted", "MHA predicted", "predicted", predicts="mha", mode="lines"),
@@ -104,8 +112,9 @@ class KVCacheGrowth(Lab):
             prompt = torch.randint(3, shape["vocab_size"], (p["prompt_tokens"],), generator=gen)
             # One token more than needed: the run is stopped (aborted) once `tokens` are
             # cached, so the last point still sees the sequence's blocks reserved.
-            params = SamplingParams(max_tokens=p["tokens"] - p["prompt_tokens"] + 2,
-                                    ignore_eos=True)  # fmt: skip
+            params = SamplingParams(
+                max_tokens=p["tokens"] - p["prompt_tokens"] + 2, ignore_eos=True
+            )
             request = engine.add_request(prompt.tolist(), params)
             seq = engine.requests[request].seq
             last = -1
@@ -118,8 +127,11 @@ class KVCacheGrowth(Lab):
                 last = cached
                 written = int((~pool.isnan()).sum()) * pool.element_size()
                 reserved = len(seq.block_table) * block_bytes
-                extra = {"predicted": cached * per_token, "reserved_bytes": reserved,
-                         "blocks": len(seq.block_table)}  # fmt: skip
+                extra = {
+                    "predicted": cached * per_token,
+                    "reserved_bytes": reserved,
+                    "blocks": len(seq.block_table),
+                }
                 yield Point(variant, cached, written, extra)
                 yield Point(f"{variant}-reserved", cached, reserved)
                 if cached >= p["tokens"]:

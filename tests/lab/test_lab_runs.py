@@ -108,15 +108,22 @@ def test_cancel_while_queued_means_the_worker_never_starts_it(user, redis_settin
 
 
 def test_a_run_whose_worker_stopped_heartbeating_is_failed_with_its_points(user, redis_settings):
-    run = LabRun.objects.create(owner=user, lab="kv-cache-growth", status="running",
-                                worker="gpu-node-3", heartbeat=timezone.now())  # fmt: skip
+    run = LabRun.objects.create(
+        owner=user,
+        lab="kv-cache-growth",
+        status="running",
+        worker="gpu-node-3",
+        heartbeat=timezone.now(),
+    )
     LabPoint.objects.create(run=run, seq=0, series="gqa", x=1, y=2)
     assert services.reap_stale_runs() == 0  # alive
     LabRun.objects.filter(pk=run.pk).update(heartbeat=timezone.now() - timedelta(seconds=61))
     assert services.reap_stale_runs() == 1
     run.refresh_from_db()
     assert run.status == LabRun.Status.FAILED and run.points.count() == 1
-    assert "gpu-node-3 stopped reporting" in run.error and "1 points it recorded are kept" in run.error
+    assert (
+        "gpu-node-3 stopped reporting" in run.error and "1 points it recorded are kept" in run.error
+    )
     # A late finish from the worker does not overwrite the verdict.
     assert services._finish(run.pk, LabRun.Status.DONE, "", {}) == LabRun.Status.FAILED
 
