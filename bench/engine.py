@@ -43,9 +43,6 @@ from lab.engine.sampler import SamplingParams
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "lab" / "engine" / "weights"
 _LLAMA = {"model_type": "llama", "rms_norm_eps": 1e-6, "bos_token_id": 0, "eos_token_id": 1}
-TARGET_SHAPE = {**_LLAMA, "vocab_size": 3072, "hidden_size": 256, "intermediate_size": 704,
-                "num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 2,
-                "max_position_embeddings": 512}  # fmt: skip  # lab/engine/train.py's target
 ROOFLINE_SHAPE = {**_LLAMA, "vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048,
                   "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,
                   "max_position_embeddings": 2048}  # fmt: skip  # ~125M params, untied
@@ -537,8 +534,14 @@ def build(quick: bool, device: str) -> Bench:
     if (WEIGHTS / "target" / "model.safetensors").exists():
         target, bundled = load_model(WEIGHTS / "target", torch.float32, device), True
     else:
-        target, bundled = random_model(TARGET_SHAPE, device), False
+        from lab.engine.train import target_config  # the bundled target's shape
+
+        target, bundled = random_model(target_config(3072).to_dict(), device), False
     return Bench(quick, device, target, hf_twin(target), bundled)
+
+
+def _newer(a: Path, b: Path) -> bool:
+    return a.exists() and b.exists() and a.stat().st_mtime > b.stat().st_mtime + 60
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -557,6 +560,9 @@ def main(argv: list[str] | None = None) -> None:
     now = datetime.datetime.now().isoformat(timespec="seconds")
     print(f"# python -m bench.engine {' '.join(sys.argv[1:])} ({now})\n\n{machine()}")
     bench = build(args.quick, args.device)
+    if bench.bundled and _newer(WEIGHTS / "tokenizer.json", WEIGHTS / "target"):
+        print("\nWarning: weights/tokenizer.json is newer than weights/target: a training run "
+              "may be rewriting weights/; held-out text may not match these weights.")  # fmt: skip
     for key in args.sections:
         title, run = SECTIONS[key]
         print(f"\n### {title}\n", flush=True)

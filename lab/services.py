@@ -77,7 +77,12 @@ def _publish(run_id: int, kind: str, data: dict[str, Any]) -> None:
 
 def predicted_points(run: LabRun) -> list[dict[str, Any]]:
     """The lab's prediction for this run's params (drawn before any measurement)."""
-    return [p.as_dict() for p in get_lab(run.lab).predict(run.params)]
+    lab = get_lab(run.lab)
+    try:  # defaults first: a run stored before a parameter was added still has a prediction
+        return [p.as_dict() for p in lab.predict({**lab.defaults(), **run.params})]
+    except Exception:
+        log.exception("lab %s: predict() failed for run %s", run.lab, run.pk)
+        return []
 
 
 # ---------------------------------------------------------------- start

@@ -79,11 +79,13 @@ def _step_dict(step: Step) -> dict[str, Any]:
 
 def problem_spec(problem: Problem) -> problems.Problem:
     """The plain-data problem (questions.problems) of a saved Problem row."""
-    return problems.from_dict({
-        "parameters": problem.parameters,
-        "condition": problem.condition,
-        "steps": [_step_dict(s) for s in problem.steps.prefetch_related("misconceptions")],
-    })
+    return problems.from_dict(
+        {
+            "parameters": problem.parameters,
+            "condition": problem.condition,
+            "steps": [_step_dict(s) for s in problem.steps.prefetch_related("misconceptions")],
+        }
+    )
 
 
 def _canonical(model: type, data: Any) -> dict[str, Any]:

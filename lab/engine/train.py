@@ -19,12 +19,14 @@ import sysconfig
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from tqdm import tqdm
-from transformers import LlamaConfig, LlamaForCausalLM
+
+if TYPE_CHECKING:  # transformers and tqdm load lazily: the corpus helpers are used at run time
+    from transformers import LlamaConfig, LlamaForCausalLM
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD]  # ids 0, 1, 2 in this order
@@ -177,6 +179,8 @@ def draft_config(vocab_size: int) -> LlamaConfig:
 
 def _llama(vocab_size: int, *, hidden: int, layers: int, heads: int, kv_heads: int,
            intermediate: int, context: int = 512) -> LlamaConfig:  # fmt: skip
+    from transformers import LlamaConfig
+
     return LlamaConfig(
         vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
@@ -261,6 +265,8 @@ def train_model(
     model.to(s.device).train()
     opt, stats = _optimizer(model, s), TrainStats()
     start, recent = time.perf_counter(), []
+    from tqdm import tqdm
+
     bar = tqdm(total=round(s.budget_s), desc=label, unit="s", mininterval=5, file=sys.stderr)
     while stats.steps < (s.max_steps or sys.maxsize):
         elapsed = time.perf_counter() - start
@@ -431,6 +437,8 @@ def main(argv: list[str] | None = None) -> dict:
     log = _log_header(args, argv, files, tokenizer, ids)
     for name, make_config, share in PLAN:
         torch.manual_seed(args.seed)
+        from transformers import LlamaForCausalLM
+
         model = LlamaForCausalLM(make_config(tokenizer.get_vocab_size()))
         settings = TrainSettings(share * args.minutes * 60, seed=args.seed, device=args.device)
         stats = train_model(model, ids["train"], settings, label=name)

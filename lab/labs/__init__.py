@@ -12,7 +12,18 @@ from lab.labs.base import Lab, LabParamError, Point, RunContext
 
 __all__ = ["LABS", "Lab", "LabParamError", "Point", "RunContext", "get_lab"]
 
-MODULES = ("kv_cache_growth",)
+MODULES = (
+    "two_phase",
+    "kv_cache_growth",
+    "kv_vs_no_cache",
+    "batching",
+    "paging",
+    "prefix_caching",
+    "quantization",
+    "speculative_decoding",
+    "attention_memory",
+    "cancellation",
+)
 
 LABS: dict[str, Lab] = {}
 for _name in MODULES:

@@ -4,10 +4,10 @@ defeated by a timestamp at the top of the system prompt.
 Every turn's prompt is the whole conversation so far plus a new user message; the engine
 answers with a few greedy tokens. With prefix caching on, the KV of the previous turn (its
 prompt and all but the last answer token, whose KV is never computed) is found again, but
-only in *full* blocks: the predicted hit is floor(shared / block_size) × block_size tokens,
+only in *full* blocks: the predicted hit is floor(shared / block_size) * block_size tokens,
 capped so the prompt's last token is always computed. A timestamp that changes every turn
 sits in the first block, so every later block hashes differently: the cache is on and
-misses anyway. TTFT is modelled as a + b × uncached tokens, calibrated on turn 1.
+misses anyway. TTFT is modelled as a + b * uncached tokens, calibrated on turn 1.
 """
 
 from __future__ import annotations
@@ -52,8 +52,11 @@ class ChatPlan:
     def prompt_len(self, condition: str, turn: int) -> int:
         """Prompt tokens of `turn` (1-based): prefix + system + earlier turns + new message."""
         earlier = sum(len(u) + self.answer_tokens for u in self.users[: turn - 1])
-        return len(self.prefix(condition, turn)) + len(self.system) + earlier + len(
-            self.users[turn - 1]
+        return (
+            len(self.prefix(condition, turn))
+            + len(self.system)
+            + earlier
+            + len(self.users[turn - 1])
         )
 
 
@@ -115,7 +118,8 @@ class PrefixCaching(Lab):
         "With prefix caching on, the previous turns' KV is reused in full blocks, so TTFT "
         "stays flat while the prompt grows; off, TTFT grows with the conversation. The third "
         "curve has caching on but a timestamp at the top of the system prompt that changes "
-        "every turn: the first block differs, so every block after it misses. Predicted hits "
+        "every turn: the first block differs, so every block after it misses (the fix: keep "
+        "the start of the prompt stable and put what changes after it). Predicted hits "
         "are floor(shared / block size) × block size; predicted TTFT = a + b × uncached "
         "tokens, with a (one step's fixed cost) and b (ms per prompt token) calibrated on the "
         "first turn of the cache-off chat."
@@ -128,7 +132,7 @@ class PrefixCaching(Lab):
         Param("answer_tokens", "Answer", "int", 8, min=1, max=64, unit="tokens",
               help="greedy tokens generated per turn"),
         Param("block_size", "Block size", "int", 16, min=1, max=64, unit="tokens"),
-        Param("repeats", "Chats per condition", "int", 3, min=1, max=9,
+        Param("repeats", "Chats per condition", "int", 3, min=1, max=5,
               help="each on a fresh engine; the median TTFT per turn is plotted"),
     )  # fmt: skip
     series = (
@@ -173,9 +177,9 @@ class PrefixCaching(Lab):
         p = ctx.params
         plan = chat_plan(p)
         model = random_model(bundled_shape("target"), ctx.device)
-        chats = {c: [_Chat(model, plan, c, p, ctx.device) for _ in range(p["repeats"])]
+        chats = {c: [_Chat(model, plan, c, p) for _ in range(p["repeats"])]
                  for c in CONDITIONS}  # fmt: skip
-        _Chat(model, plan, "cache-off", p, ctx.device).turn(1)  # warm-up, discarded
+        _Chat(model, plan, "cache-off", p).turn(1)  # warm-up, discarded
         hits_pred = {c: predicted_hits(plan, c, p["block_size"]) for c in CONDITIONS}
         fit: tuple[float, float] | None = None
         for turn in range(1, p["turns"] + 1):
@@ -220,11 +224,12 @@ class PrefixCaching(Lab):
                 yield Point("hit-tokens", turn, hits, {"predicted": predicted_hit})
             elif condition == "silent-miss":
                 yield Point("silent-hit-tokens", turn, hits, {"predicted": predicted_hit})
-            ctx.summary[f"{condition}_ttft_ms_last_turn"] = ttft
-            ctx.summary[f"{condition}_hit_tokens_total"] = (
-                ctx.summary.get(f"{condition}_hit_tokens_total", 0) + hits
+            key = condition.replace("-", "_")
+            ctx.summary[f"{key}_ttft_ms_last_turn"] = ttft
+            ctx.summary[f"{key}_hit_tokens_total"] = (
+                ctx.summary.get(f"{key}_hit_tokens_total", 0) + hits
             )
-        on, off = (ctx.summary[f"{c}_ttft_ms_last_turn"] for c in ("cache-on", "cache-off"))
+        on, off = (ctx.summary[f"{c}_ttft_ms_last_turn"] for c in ("cache_on", "cache_off"))
         ctx.summary["on_over_off_last_turn"] = on / off if off else None
 
 
@@ -241,12 +246,17 @@ class TurnResult:
 class _Chat:
     """One conversation on its own fresh engine (caching per condition)."""
 
-    def __init__(self, model, plan: ChatPlan, condition: str, p: dict, device: str):
-        max_len = model.config.max_position_embeddings
-        blocks_per_seq = -(-max_len // p["block_size"])
+    def __init__(self, model, plan: ChatPlan, condition: str, p: dict):
+        max_len, bs = model.config.max_position_embeddings, p["block_size"]
+        if condition == "silent-miss":  # every turn leaves its own chain: keep them all
+            turns = range(1, p["turns"] + 1)
+            num_blocks = sum(-(-(plan.prompt_len(condition, t) + plan.answer_tokens) // bs)
+                             for t in turns)  # fmt: skip
+        else:  # each prompt extends the last: one conversation's blocks (+ a partial one)
+            num_blocks = -(-max_len // bs) + 1
         config = EngineConfig(
-            block_size=p["block_size"],
-            num_blocks=p["turns"] * blocks_per_seq,  # room for every turn: no eviction
+            block_size=bs,
+            num_blocks=num_blocks,  # no eviction: hits depend on the prompts alone
             max_model_len=max_len,
             max_num_seqs=1,
             max_num_batched_tokens=max_len,  # the whole prompt in one step

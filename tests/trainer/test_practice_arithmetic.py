@@ -166,11 +166,16 @@ def test_follow_through_and_hints_count_against_the_review_rating(client, attemp
     context = services.attempt_context(attempt)
     wrong_first = solve(context.problem, context.variant.variables)
     first = context.problem.steps[0]
-    mine = solve(context.problem, context.variant.variables,
-                 overrides={first.name: wrong_first[first.name] * 1.37})
+    mine = solve(
+        context.problem,
+        context.variant.variables,
+        overrides={first.name: wrong_first[first.name] * 1.37},
+    )
     for step in context.problem.steps:
         value = mine[step.name].to(parse_unit(step.unit)).magnitude
-        client.post(f"/attempts/{attempt.pk}/steps/{step.name}/", {"answer": f"{value!r} {unit(step)}"})
+        client.post(
+            f"/attempts/{attempt.pk}/steps/{step.name}/", {"answer": f"{value!r} {unit(step)}"}
+        )
     attempt.refresh_from_db()
     verdicts = attempt.result["verdicts"]
     assert verdicts[first.name] == "incorrect" and "follow_through" in verdicts.values()

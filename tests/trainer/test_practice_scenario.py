@@ -76,9 +76,13 @@ def test_a_grader_failure_keeps_the_answer_and_says_so(client, ada, monkeypatch)
         raise RuntimeError("model file unreadable")
 
     monkeypatch.setattr(rubric, "grade", broken)
-    client.post(f"/attempts/{attempt.pk}/submit/", {"answer": "KV is 2 x layers x kv heads x dim x bytes."})
+    client.post(
+        f"/attempts/{attempt.pk}/submit/", {"answer": "KV is 2 x layers x kv heads x dim x bytes."}
+    )
     attempt.refresh_from_db()
-    assert attempt.answer.startswith("KV is 2 x layers") and attempt.submitted and not attempt.graded
+    assert (
+        attempt.answer.startswith("KV is 2 x layers") and attempt.submitted and not attempt.graded
+    )
     page = client.get(f"/attempts/{attempt.pk}/").content.decode()
     assert "The automatic grader failed (RuntimeError: model file unreadable)" in page
     assert "Your answer is saved" in page
@@ -90,15 +94,21 @@ def test_a_grader_failure_keeps_the_answer_and_says_so(client, ada, monkeypatch)
 
 def test_self_assessment_keeps_both_scores_and_shows_disagreements(client, ada):
     attempt = start(client)
-    client.post(f"/attempts/{attempt.pk}/submit/", {
-        "answer": "Per token it is 2 x 80 layers x 8 KV heads x 128 x 2 bytes = 327,680 bytes, "
-                  "because Llama-3-70B uses GQA with 8 KV heads."
-    })
+    client.post(
+        f"/attempts/{attempt.pk}/submit/",
+        {
+            "answer": "Per token it is 2 x 80 layers x 8 KV heads x 128 x 2 bytes = 327,680 bytes, "
+            "because Llama-3-70B uses GQA with 8 KV heads."
+        },
+    )
     attempt.refresh_from_db()
     graded_hits = {p["index"] for p in attempt.result["points"] if p["hit"]}
     claimed = sorted(graded_hits | {4})
-    html = client.post(f"/attempts/{attempt.pk}/self/", {"point": [str(i) for i in claimed]},
-                       headers={"HX-Request": "true"}).content.decode()
+    html = client.post(
+        f"/attempts/{attempt.pk}/self/",
+        {"point": [str(i) for i in claimed]},
+        headers={"HX-Request": "true"},
+    ).content.decode()
     attempt.refresh_from_db()
     assert attempt.self_points == claimed and attempt.self_score > attempt.score
     assert "Point 5: you say covered, the grader found no sentence for it" in html

@@ -37,6 +37,11 @@ def test_strong_beats_partial_beats_buzzword_and_off_topic_on_every_question(cal
     cases, points, analyses = calibration
     _agreement, _ordered, _n, scores = evaluate(cases, points, analyses, rubric.TUNED)
     for slug in sorted({c.slug for c in cases}):
-        mean = {label: statistics.mean(scores[(slug, label)])
-                for label in ("strong", "partial", "buzzword", "off-topic")}
-        assert mean["strong"] > mean["partial"] > max(mean["buzzword"], mean["off-topic"]), (slug, mean)
+        mean = {
+            label: statistics.mean(scores[(slug, label)])
+            for label in ("strong", "partial", "buzzword", "off-topic")
+        }
+        assert mean["strong"] > mean["partial"] > max(mean["buzzword"], mean["off-topic"]), (
+            slug,
+            mean,
+        )

@@ -24,8 +24,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-        parser.add_argument("--queues", default="default,lab-cpu")
-        parser.add_argument("--concurrency", type=int, default=1)
+        parser.add_argument(
+            "--lab-queues",
+            default="lab-cpu",
+            help="queues of the lab worker (a node with a GPU adds lab-gpu)",
+        )
+        parser.add_argument("--concurrency", type=int, default=1, help="lab runs at once")
         parser.add_argument(
             "--web-workers",
             type=int,
@@ -38,7 +42,7 @@ class Command(BaseCommand):
         *args,
         host: str,
         port: int,
-        queues: str,
+        lab_queues: str,
         concurrency: int,
         web_workers: int,
         **options,
@@ -54,7 +58,9 @@ class Command(BaseCommand):
             if "load_bank" in get_commands():
                 call_command("load_bank")
             accounts = demo_users_ensure()
-            self._spawn_worker(queues, concurrency)
+            # Two workers: a lab run (up to minutes) never delays the light default tasks.
+            self._spawn_worker("default", 1, "default")
+            self._spawn_worker(lab_queues, concurrency, "lab")
             self._spawn_web(host, port, web_workers)
             self._print_banner(host, port, accounts)
             self._supervise()
@@ -78,9 +84,9 @@ class Command(BaseCommand):
         # Own session: the terminal's Ctrl-C reaches only us, and we stop children in order.
         self.children.append(subprocess.Popen(argv, start_new_session=True))
 
-    def _spawn_worker(self, queues: str, concurrency: int) -> None:
+    def _spawn_worker(self, queues: str, concurrency: int, name: str) -> None:
         argv = [sys.executable, "-m", "celery", "-A", "trainer", "worker", "-Q", queues]
-        argv += ["-c", str(concurrency), "-n", "cpu@%h", "--loglevel", "INFO"]
+        argv += ["-c", str(concurrency), "-n", f"{name}@%h", "--loglevel", "INFO"]
         self._spawn(argv)
 
     def _spawn_web(self, host: str, port: int, workers: int) -> None:

@@ -1,0 +1,195 @@
+"""Why a KV cache: per-token decode time with the paged cache vs recomputing the prefix.
+
+Two engines on the same random model of the bundled target's shape generate the same long
+sequence in lockstep: one with the paged KV cache (each step computes one new token), one
+in mode "none" (each step recomputes every token so far). The cached step stays nearly
+flat; the uncached one grows with the sequence, so its total time grows quadratically.
+
+Predicted: FLOPs per step (formulas.DECODE_STEP_FLOPS) x seconds per FLOP + a fixed per-step
+overhead. Seconds per FLOP is calibrated before the run, as the slope of this model's own
+no-cache forward timed at 1/8 of and at the final sequence length (so it includes what
+FLOPs miss: softmax, masking, a CPU attention kernel that computes the masked half too);
+each mode's overhead is its first measured point less its FLOP time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from lab.engine.engine import EngineConfig, LLMEngine
+from lab.engine.model import DenseAttention, LlamaModel
+from lab.engine.sampler import SamplingParams
+from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
+from lab.labs.common import bundled_shape, random_model, timed, torch_dtype
+from lab.labs.formulas import decode_step_flops
+
+MODES = ("cached", "none")
+MAX_TOKENS = 512  # the bundled model's context
+
+
+def step_flops(model: LlamaModel, mode: str, context: float) -> float:
+    """FLOPs of the decode step that computes the token at `context` - 1 (with `context`
+    tokens attended): one new token when cached, all `context` tokens when not."""
+    c = model.config
+    lm_head = model.lm_head.weight.numel()
+    layer = sum(m.weight.numel() for m in model.model.layers.modules() if isinstance(m, nn.Linear))
+    new, pairs = (1, context) if mode == "cached" else (context, context * (context + 1) / 2)
+    return decode_step_flops(layer, lm_head, c.num_hidden_layers, c.num_attention_heads,
+                             c.head_dim, new, pairs)  # fmt: skip
+
+
+def seconds_per_flop(model: LlamaModel, device: str, lengths: tuple[int, int]) -> float:
+    """Slope of this model's no-cache forward (last row's logits) between two lengths:
+    marginal seconds per FLOP, free of the fixed per-call overhead."""
+    gen = torch.Generator().manual_seed(2)
+    times = []
+    for n in lengths:
+        ids = torch.randint(3, model.config.vocab_size, (n,), generator=gen).to(device)
+        pos = torch.arange(n, device=device)
+
+        def forward(ids=ids, pos=pos, n=n):
+            with torch.inference_mode():
+                return model.logits(model(ids, pos, DenseAttention([n]))[-1:])
+
+        timed(forward, device)  # warm-up
+        times.append(min(timed(forward, device)[0] for _ in range(3)))
+    short, long = (step_flops(model, "none", n) for n in lengths)
+    return max(times[1] - times[0], 1e-9) / (long - short)
+
+
+class KVvsNoCache(Lab):
+    slug = "kv-vs-no-cache"
+    title = "KV cache vs recompute: per-token decode time over a long generation"
+    summary = (
+        "The same sequence is generated twice in lockstep on the engine: with the paged KV "
+        "cache, each step computes one new token and reads the cached keys and values; with "
+        "no cache (mode none), each step recomputes the whole prefix. Cached time per token "
+        "stays nearly flat while uncached time grows with the sequence, so the uncached "
+        "total grows quadratically. Predicted: FLOPs per step × seconds per FLOP + a fixed "
+        "per-step overhead. Seconds per FLOP is calibrated before the run, as the slope of "
+        "this model's own no-cache forward timed at 1/8 of and at the final length (so it "
+        "also prices softmax and masking, which FLOPs leave out); each mode's overhead is "
+        "its first point less its FLOP time. The shape in between, the flat cached curve "
+        "and the totals are predictions."
+    )
+    topics = ("kv-cache-basics", "prefill-decode", "inference-basics")
+    params = (
+        Param("prompt_tokens", "Prompt tokens", "int", 16, min=1, max=504, unit="tokens"),
+        Param("new_tokens", "Tokens to generate", "int", 384, min=8, max=496, unit="tokens"),
+        Param("every", "Point every", "int", 8, min=1, max=64, unit="tokens",
+              help="each point is the median step time over this many tokens"),
+        Param("dtype", "Weights dtype", "choice", "fp32", choices=("fp32", "bf16", "fp16")),
+    )  # fmt: skip
+    series = (
+        Series("cached", "Paged KV cache, measured"),
+        Series("cached-predicted", "Paged KV cache, predicted", "predicted",
+               predicts="cached", mode="lines"),
+        Series("none", "No cache (recompute), measured"),
+        Series("none-predicted", "No cache, predicted", "predicted", predicts="none",
+               mode="lines"),
+    )  # fmt: skip
+    chart = Chart("sequence length at the step (tokens)", "ms per generated token")
+    time_limit_s = 180
+
+    def check(self, params: dict) -> dict[str, str]:
+        if params["prompt_tokens"] + params["new_tokens"] > MAX_TOKENS:
+            return {"new_tokens": f"prompt + generated tokens must be at most {MAX_TOKENS} "
+                                  "(the bundled model's context); generate fewer"}  # fmt: skip
+        if params["every"] > params["new_tokens"] - 1:
+            return {"every": "must be smaller than the tokens to generate"}
+        return {}
+
+    def run(self, ctx: RunContext) -> Iterator[Point]:
+        p = ctx.params
+        model = random_model(bundled_shape("target"), ctx.device, torch_dtype(p["dtype"]))
+        final = p["prompt_tokens"] + p["new_tokens"] - 1  # context of the last decode step
+        s_per_flop = seconds_per_flop(model, ctx.device, (max(final // 8, 1), final))
+        ctx.check_cancel()
+        prompt = torch.randint(3, model.config.vocab_size, (p["prompt_tokens"],),
+                               generator=torch.Generator().manual_seed(0)).tolist()  # fmt: skip
+        engines, seqs = {}, {}
+        params = SamplingParams(max_tokens=p["new_tokens"], temperature=0, ignore_eos=True)
+        for mode in MODES:
+            engines[mode] = LLMEngine(model, EngineConfig(
+                mode="paged" if mode == "cached" else "none", max_num_seqs=1,
+                max_model_len=p["prompt_tokens"] + p["new_tokens"],
+                max_num_batched_tokens=max(p["prompt_tokens"], 1),
+                enable_prefix_caching=False))  # fmt: skip
+            seqs[mode] = engines[mode].requests[engines[mode].add_request(prompt, params)].seq
+
+        window: dict[str, list[tuple[int, float]]] = {m: [] for m in MODES}
+        overhead_ms: dict[str, float] = {}
+        while engines["cached"].has_unfinished() or engines["none"].has_unfinished():
+            for mode in MODES:
+                engine = engines[mode]
+                if not engine.has_unfinished():
+                    continue
+                prefill = not seqs[mode].is_prefill_done
+                engine.step()
+                if not prefill:  # decode steps only: the prompt's prefill is the TTFT
+                    # tokens whose KV exists now: all but the token just sampled (a
+                    # finished sequence's num_computed_tokens is reset, so not that)
+                    context = seqs[mode].num_tokens - 1
+                    window[mode].append((context, engine.step_log[-1]["ms"]))
+            ctx.check_cancel()
+            if len(window["none"]) < p["every"]:
+                continue
+            for mode in MODES:
+                xs, ms = zip(*window[mode], strict=True)
+                x, y = statistics.median(xs), statistics.median(ms)
+                flop_ms = step_flops(model, mode, x) * s_per_flop * 1000
+                if mode not in overhead_ms:  # the only fitted number: first point's overhead
+                    overhead_ms[mode] = max(y - flop_ms, 0.0)
+                    yield from self._predicted(ctx, model, mode, overhead_ms[mode], s_per_flop)
+                extra = {
+                    "predicted": overhead_ms[mode] + flop_ms,
+                    "gflop_per_step": step_flops(model, mode, x) / 1e9,
+                }
+                yield Point(mode, x, y, extra)
+                window[mode] = []
+        self._summarise(ctx, model, engines, overhead_ms, s_per_flop)
+
+    def _bins(self, params: dict) -> list[float]:
+        """x of every point: the median sequence length of each window of decode steps."""
+        first = params["prompt_tokens"] + 1  # after the first decode step
+        decode_steps = params["new_tokens"] - 1
+        every = params["every"]
+        return [
+            statistics.median(range(first + i, first + i + every))
+            for i in range(0, decode_steps - every + 1, every)
+        ]
+
+    def _predicted(self, ctx, model, mode, overhead_ms, s_per_flop) -> Iterator[Point]:
+        for x in self._bins(ctx.params):
+            ms = overhead_ms + step_flops(model, mode, x) * s_per_flop * 1000
+            yield Point(f"{mode}-predicted", x, ms)
+
+    def _summarise(self, ctx, model, engines, overhead_ms, s_per_flop) -> None:
+        p = ctx.params
+        first = p["prompt_tokens"] + 1
+        contexts = range(first, p["prompt_tokens"] + p["new_tokens"])  # decode steps
+        for mode in MODES:
+            log = engines[mode].step_log
+            predicted = sum(
+                overhead_ms[mode] + step_flops(model, mode, x) * s_per_flop * 1000 for x in contexts
+            )
+            ctx.summary[f"{mode}_decode_total_ms"] = sum(s["ms"] for s in log[1:])
+            ctx.summary[f"{mode}_decode_total_ms_predicted"] = predicted
+            ctx.summary[f"{mode}_overhead_ms_per_step"] = overhead_ms[mode]
+            ctx.summary[f"{mode}_ms_last_token"] = log[-1]["ms"]
+            ctx.summary[f"{mode}_total_gflop"] = sum(step_flops(model, mode, x)
+                                                     for x in contexts) / 1e9  # fmt: skip
+        s = ctx.summary
+        s["total_time_ratio_none_over_cached"] = s["none_decode_total_ms"] / s[
+            "cached_decode_total_ms"]  # fmt: skip
+        s["total_time_ratio_predicted"] = s["none_decode_total_ms_predicted"] / s[
+            "cached_decode_total_ms_predicted"]  # fmt: skip
+        s["total_flop_ratio_none_over_cached"] = s["none_total_gflop"] / s["cached_total_gflop"]
+        s["calibrated_gflop_s"] = 1e-9 / s_per_flop
+
+
+LAB = KVvsNoCache()

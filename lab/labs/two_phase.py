@@ -1,0 +1,238 @@
+"""Two phases of inference: prefill is compute-bound, decode is memory-bound.
+
+Both run on the engine with the bundled target's shape (random weights), and both are put
+on one x axis: the tokens one forward step computes. A prefill step computes the whole
+prompt (x = prompt length; its step time is the TTFT); a decode step computes one token per
+running sequence (x = batch size; its step time is the TPOT). Before measuring, the lab
+times a square matmul (FLOP/s) and a read of a buffer as large as the weights (bytes/s) and
+draws the roofline of the bank's expression: max(weight bytes / bandwidth, 2 x params x
+tokens / FLOP/s) per step.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from lab.engine.engine import EngineConfig, LLMEngine
+from lab.engine.sampler import SamplingParams
+from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
+from lab.labs.common import bundled_shape, random_model, timed, torch_dtype
+from lab.labs.formulas import step_roofline_ms
+
+DECODE_PROMPT_TOKENS = 16  # short prompts: decode attention stays a small part of a step
+
+
+def widened_shape(width: int) -> dict:
+    """The bundled target's shape with hidden, MLP and head counts multiplied by `width`
+    (head_dim kept), so weights grow ~width² and can be pushed out of the CPU's caches."""
+    shape = bundled_shape("target")
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads",
+                "num_key_value_heads"):  # fmt: skip
+        shape[key] *= width
+    return shape
+
+
+def matmul_params(model: nn.Module) -> int:
+    """Weights that multiply activations (every Linear, LM head included; not embeddings)."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+
+
+def matmul_flop_s(device: str, dtype: torch.dtype, size: int | None = None) -> float:
+    """Best-of-3 FLOP/s of a square matmul (2·n³ FLOPs): this machine's compute ceiling."""
+    n = size or (8192 if torch.device(device).type == "cuda" else 1024)
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    timed(lambda: a @ b, device)  # warm-up (kernel selection, page faults)
+    best = min(timed(lambda: a @ b, device)[0] for _ in range(3))
+    return 2 * n**3 / best
+
+
+def read_bandwidth_bytes_s(num_bytes: int, device: str) -> float:
+    """Best-of-3 bytes/s of summing a buffer of `num_bytes` (a read-only stream, as a decode
+    step streams the weights)."""
+    buf = torch.ones(max(num_bytes // 4, 1), dtype=torch.float32, device=device)
+    timed(buf.sum, device)
+    best = min(timed(buf.sum, device)[0] for _ in range(3))
+    return buf.numel() * 4 / best
+
+
+def doubling(start: int, stop: int) -> list[int]:
+    """start, 2·start, 4·start, ... below stop, then stop itself."""
+    values, v = [], start
+    while v < stop:
+        values.append(v)
+        v *= 2
+    return [*values, stop]
+
+
+class TwoPhase(Lab):
+    slug = "two-phase"
+    title = "Prefill vs decode: TTFT grows with the prompt, TPOT barely with the batch"
+    summary = (
+        "One forward step of the engine, timed two ways: a prefill of P prompt tokens (its "
+        "time is the TTFT) and a decode step of a batch of B sequences, one token each (its "
+        "time is the TPOT). Both sit on one axis, tokens computed in the step. The roofline "
+        "drawn first comes from two quick calibrations on this machine, a matmul (FLOP/s) "
+        "and a read of a weight-sized buffer (bytes/s): a step costs at least the time to "
+        "stream the weights once, and at least 2 × params × tokens FLOPs. Look for the flat "
+        "memory-bound floor at small token counts, the compute-bound slope beyond the ridge, "
+        "and how far above the roofline a small model's per-step overhead keeps decode."
+    )
+    topics = ("prefill-decode", "inference-basics", "latency-levers")
+    params = (
+        Param("max_prompt_tokens", "Longest prompt", "int", 512, min=16, max=1024,
+              unit="tokens", help="prefill points at 16, 32, 64, ... up to this"),
+        Param("max_batch", "Largest decode batch", "int", 64, min=1, max=128,
+              unit="sequences", help="decode points at 1, 2, 4, ... up to this"),
+        Param("width", "Model width ×", "int", 1, min=1, max=4,
+              help="multiplies hidden size, MLP size and heads of the bundled shape "
+                   "(weights ~width²); 4 makes the weights outgrow a CPU's cache"),
+        Param("dtype", "Weights dtype", "choice", "fp32", choices=("fp32", "bf16", "fp16")),
+        Param("repeats", "Timings per point", "int", 5, min=1, max=10,
+              help="prefills per prompt length and decode steps per batch; the median is "
+                   "plotted"),
+    )  # fmt: skip
+    series = (
+        Series("prefill", "Prefill step (TTFT), measured"),
+        Series("prefill-roofline", "Prefill roofline", "predicted", predicts="prefill",
+               mode="lines"),
+        Series("decode", "Decode step (TPOT), measured"),
+        Series("decode-roofline", "Decode roofline", "predicted", predicts="decode",
+               mode="lines"),
+    )  # fmt: skip
+    chart = Chart("tokens computed in one step (prompt length or batch size)",
+                  "ms per step", x_type="log", y_type="log")  # fmt: skip
+    time_limit_s = 180
+
+    def check(self, params: dict) -> dict[str, str]:
+        # prefill work grows as width² x tokens: keep wide models to prompts that run in seconds
+        if params["width"] >= 3 and params["max_prompt_tokens"] > 512:
+            reason = "must be at most 512 when width is 3 or more (a wide model's long prefill"
+            return {"max_prompt_tokens": f"{reason} takes too long)"}
+        return {}
+
+    def run(self, ctx: RunContext) -> Iterator[Point]:
+        p = ctx.params
+        dtype = torch_dtype(p["dtype"])
+        model = random_model(widened_shape(p["width"]), ctx.device, dtype)
+        dtype_bytes = torch.empty(0, dtype=dtype).element_size()
+        n_params = matmul_params(model)
+        weight_bytes = n_params * dtype_bytes
+        flop_s = matmul_flop_s(ctx.device, dtype)
+        bandwidth = read_bandwidth_bytes_s(weight_bytes, ctx.device)
+        ctx.check_cancel()
+
+        def roofline(tokens: int) -> float:
+            return step_roofline_ms(n_params, dtype_bytes, bandwidth, flop_s, tokens)
+
+        prompts = doubling(16, p["max_prompt_tokens"])
+        batches = doubling(1, p["max_batch"])
+        for x in prompts:
+            yield Point("prefill-roofline", x, roofline(x))
+        for x in batches:
+            yield Point("decode-roofline", x, roofline(x))
+        ridge = flop_s / bandwidth  # FLOP per byte where compute time = memory time
+        ctx.summary.update({
+            "matmul_gflop_s": flop_s / 1e9, "read_bandwidth_gb_s": bandwidth / 1e9,
+            "matmul_params": n_params, "weight_mb": weight_bytes / 1e6,
+            "ridge_flop_per_byte": ridge,
+            "ridge_tokens_per_step": math.ceil(ridge * dtype_bytes / 2),
+        })  # fmt: skip
+
+        prefill: dict[int, float] = {}
+        for x, point in self._prefill(ctx, model, prompts, roofline):
+            prefill[x] = point.y
+            yield point
+        decode: dict[int, float] = {}
+        for x, point in self._decode(ctx, model, batches, roofline):
+            decode[x] = point.y
+            yield point
+        self._summarise(ctx, prompts, batches, prefill, decode, roofline)
+
+    def _prefill(self, ctx, model, prompts, roofline) -> Iterator[tuple[int, Point]]:
+        """One request per prompt length; the step that prefills it also samples its first
+        token, so the step time is the TTFT less queueing."""
+        longest = prompts[-1]
+        engine = LLMEngine(model, EngineConfig(
+            max_model_len=longest + 1, max_num_seqs=1, max_num_batched_tokens=longest,
+            enable_prefix_caching=False))  # fmt: skip
+        gen = torch.Generator().manual_seed(0)
+        vocab = model.config.vocab_size
+        params = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
+
+        def one(n: int) -> tuple[float, float]:
+            rid = engine.add_request(torch.randint(3, vocab, (n,), generator=gen).tolist(),
+                                     params)  # fmt: skip
+            engine.step()
+            return engine.step_log[-1]["ms"], engine.metrics(rid)["ttft_ms"]
+
+        one(prompts[0])  # warm-up: first-call allocations
+        for n in prompts:
+            runs = []
+            for _ in range(ctx.params["repeats"]):
+                runs.append(one(n))
+                ctx.check_cancel()
+            ms, ttft = (statistics.median(r[i] for r in runs) for i in (0, 1))
+            extra = {"predicted": roofline(n), "ttft_ms": ttft, "tokens_per_s": n / ms * 1000,
+                     "roofline_fraction": roofline(n) / ms}  # fmt: skip
+            yield n, Point("prefill", n, ms, extra)
+
+    def _decode(self, ctx, model, batches, roofline) -> Iterator[tuple[int, Point]]:
+        """B requests prefilled in one step, then `repeats` decode steps of all B together;
+        the plotted value is the median step, TPOT (vLLM's definition) goes in extra."""
+        repeats = ctx.params["repeats"]
+        weight_bytes = matmul_params(model) * model.dtype.itemsize
+        gen = torch.Generator().manual_seed(1)
+        vocab = model.config.vocab_size
+        params = SamplingParams(max_tokens=repeats + 1, temperature=0, ignore_eos=True)
+        for b in batches:
+            engine = LLMEngine(model, EngineConfig(
+                max_model_len=DECODE_PROMPT_TOKENS + repeats + 2, max_num_seqs=b,
+                max_num_batched_tokens=b * DECODE_PROMPT_TOKENS,
+                enable_prefix_caching=False))  # fmt: skip
+            ids = [
+                engine.add_request(
+                    torch.randint(3, vocab, (DECODE_PROMPT_TOKENS,), generator=gen).tolist(),
+                    params,
+                )
+                for _ in range(b)
+            ]
+            while engine.has_unfinished():
+                engine.step()
+                ctx.check_cancel()
+            steps = [s["ms"] for s in engine.step_log
+                     if s["prefill_tokens"] == 0 and s["num_seqs"] == b]  # fmt: skip
+            ms = statistics.median(steps)
+            tpot = [engine.metrics(i)["tpot_ms"] for i in ids]
+            extra = {"predicted": roofline(b), "tpot_ms": statistics.fmean(t for t in tpot if t),
+                     "tokens_per_s": b / ms * 1000, "roofline_fraction": roofline(b) / ms,
+                     "weight_gb_s_achieved": weight_bytes / ms / 1e6,
+                     "steps_timed": len(steps)}  # fmt: skip
+            yield b, Point("decode", b, ms, extra)
+
+    def _summarise(self, ctx, prompts, batches, prefill, decode, roofline) -> None:
+        longest, widest = prompts[-1], batches[-1]
+        ctx.summary.update({
+            "ttft_ms_longest_prompt": prefill[longest],
+            "prefill_tokens_per_s": longest / prefill[longest] * 1000,
+            "prefill_roofline_fraction": roofline(longest) / prefill[longest],
+            "tpot_ms_batch_1": decode[1],
+            "tpot_ms_largest_batch": decode[widest],
+            "decode_tokens_per_s_largest_batch": widest / decode[widest] * 1000,
+            "decode_roofline_fraction_batch_1": roofline(1) / decode[1],
+            "decode_weight_gb_s_achieved_batch_1": ctx.summary["weight_mb"] / decode[1],
+            "tpot_growth_1_to_largest_batch": decode[widest] / decode[1],
+            "ttft_growth_16_to_longest_prompt": prefill[longest] / prefill[prompts[0]],
+        })  # fmt: skip
+        shared = [x for x in batches if x in prefill]
+        if shared:  # same tokens per step both ways: decode pays per-sequence attention
+            x = shared[-1]
+            ctx.summary[f"decode_over_prefill_at_{x}_tokens"] = decode[x] / prefill[x]
+
+
+LAB = TwoPhase()

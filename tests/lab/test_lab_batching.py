@@ -1,0 +1,89 @@
+"""The batching lab: static vs continuous slot use, predicted schedules exact."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lab.labs.base import LabCancelled, LabParamError, RunContext
+from lab.labs.batching import LAB, continuous_schedule, percentile, static_schedule, workload
+
+TINY = {"requests": 7, "slots": 3, "prompt_min": 2, "prompt_max": 5, "output_min": 1,
+        "output_max": 9, "seed": 3}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models are overhead-bound: extra threads only contend on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_defaults_clean():
+    params = LAB.clean({})
+    assert params == LAB.defaults()
+    assert LAB.check(params) == {}
+
+
+def test_bounds_name_the_limit():
+    with pytest.raises(LabParamError) as err:
+        LAB.clean({"slots": 65, "requests": 1})
+    assert "at most 64" in err.value.errors["slots"]
+    assert "at least 2" in err.value.errors["requests"]
+
+
+def test_cross_param_rules():
+    with pytest.raises(LabParamError) as err:
+        LAB.clean({"prompt_min": 10, "prompt_max": 5, "output_min": 9, "output_max": 3})
+    assert set(err.value.errors) == {"prompt_min", "output_min"}
+
+
+def test_schedules_by_hand():
+    # static: batch [3, 1] runs 3 steps, batch [1, 1] one; slots of finished members idle
+    assert static_schedule([3, 1, 1, 1], 2) == [2, 1, 1, 2]
+    # continuous: the short ones take turns in the second slot while the long one runs
+    assert continuous_schedule([3, 1, 1, 1], 2) == [2, 2, 2]
+
+
+def test_percentile_is_linear_interpolation():
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
+    assert math.isclose(percentile([1.0, 2.0, 3.0, 4.0], 90), 3.7)
+
+
+def run_tiny(**over):
+    ctx = RunContext(LAB.clean({**TINY, **over}))
+    return ctx, list(LAB.run(ctx))
+
+
+def test_run_measures_what_the_workload_predicts():
+    ctx, points = run_tiny()
+    names = {s.name for s in LAB.series}
+    assert {p.series for p in points} <= names
+    for p in points:
+        assert math.isfinite(p.x) and math.isfinite(p.y)
+        assert p.y == p.extra["predicted"]  # token counts per step are exact
+    outputs = [out for _, out in workload(LAB.clean(TINY))]
+    last = {p.series: p for p in points}
+    assert last["static"].y == last["continuous"].y == sum(outputs)
+    # static: each batch of 3 runs for its longest output
+    batch_max = sum(max(outputs[i : i + 3]) for i in range(0, len(outputs), 3))
+    s = ctx.summary
+    assert s["static_steps"] == last["static"].x == batch_max
+    assert math.isclose(s["static_slot_use"], sum(outputs) / (3 * batch_max))
+    assert s["continuous_steps"] == s["continuous_predicted_steps"] < batch_max
+    assert s["continuous_slot_use"] > s["static_slot_use"]
+    assert s["static_ttft_ms_p50"] <= s["static_ttft_ms_p90"]
+    predicted = LAB.predict(LAB.clean(TINY))
+    assert {p.series for p in predicted} == {"static-predicted", "continuous-predicted"}
+    assert max(p.x for p in predicted if p.series == "static-predicted") == batch_max
+
+
+def test_run_stops_when_cancelled():
+    calls = iter(range(1000))
+    ctx = RunContext(LAB.clean(TINY), is_cancelled=lambda: next(calls) >= 4)
+    with pytest.raises(LabCancelled):
+        list(LAB.run(ctx))
