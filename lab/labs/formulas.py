@@ -1,7 +1,7 @@
 """The arithmetic behind the labs' predicted curves, evaluated by the same evaluator
 (`questions.expressions`, pint) and, where the bank has one, the same expression text
-that grades a learner's whiteboard answer. tests/lab/test_lab_formulas.py holds each
-expression equal to the bank's."""
+that grades a learner's whiteboard answer; tests/lab/test_lab_formulas.py checks that each
+of those is the bank's text verbatim. The few with no bank counterpart say so."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from questions.expressions import UREG, evaluate
 
 # kv-cache-arithmetic.yaml, step "kv bytes per token" (all layers, K and V).
 KV_BYTES_PER_TOKEN = "2 * model_layers * model_kv_heads * model_head_dim * kvdtype_bytes"
-# latency-levers / speculative decoding: expected tokens per target step (Leviathan et al.).
-SPEC_TOKENS_PER_STEP = "(1 - alpha ** (k + 1)) / (1 - alpha)"
+# speculative-decoding.yaml "expected_tokens": tokens per target step (Leviathan et al.).
+SPEC_TOKENS_PER_STEP = "(1 - accept_rate ** (draft_len + 1)) / (1 - accept_rate) * token"
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> float:
@@ -28,7 +28,8 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: i
 def spec_tokens_per_step(alpha: float, k: int) -> float:
     if alpha >= 1.0:
         return float(k + 1)
-    return evaluate(SPEC_TOKENS_PER_STEP, {"alpha": alpha, "k": k}).magnitude
+    values = {"accept_rate": alpha, "draft_len": k}
+    return evaluate(SPEC_TOKENS_PER_STEP, values).to("token").magnitude
 
 
 # prompt-caching: only full blocks are cached, and the prompt's last token is always computed.
@@ -61,8 +62,9 @@ def quant_weight_bytes(
     return evaluate(QUANT_WEIGHT_BYTES, values).magnitude
 
 
-# speculative-decoding.yaml "speedup": expected tokens / (draft_len * cost_ratio + 1).
-SPEC_SPEEDUP = "(1 - alpha ** (k + 1)) / (1 - alpha) / (k * cost_ratio + 1)"
+# speculative-decoding.yaml "cycle_cost" and "speedup" (in target-step units).
+SPEC_CYCLE_COST = "draft_len * cost_ratio + 1"
+SPEC_SPEEDUP = "expected_tokens / token / cycle_cost"
 
 
 def spec_speedup(alpha: float, k: int, cost_ratio: float) -> float:
@@ -70,7 +72,9 @@ def spec_speedup(alpha: float, k: int, cost_ratio: float) -> float:
     and verifying k + 1 tokens costs one target step."""
     if alpha >= 1.0:  # the expression divides by 1 - alpha
         alpha = 1.0 - 1e-12
-    values = {"alpha": alpha, "k": k, "cost_ratio": cost_ratio}
+    cycle = evaluate(SPEC_CYCLE_COST, {"draft_len": k, "cost_ratio": cost_ratio})
+    expected = evaluate(SPEC_TOKENS_PER_STEP, {"accept_rate": alpha, "draft_len": k})
+    values = {"expected_tokens": expected, "cycle_cost": cycle}
     return evaluate(SPEC_SPEEDUP, values).magnitude
 
 
