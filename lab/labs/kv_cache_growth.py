@@ -42,7 +42,8 @@ class KVCacheGrowth(Lab):
         "every step the lab counts the bytes actually written into the pool and the bytes "
         "of the blocks reserved for it, and compares them with 2 × layers × KV heads × "
         "head_dim × dtype bytes per token. GQA (8 query heads sharing 2 KV heads) stores a "
-        "quarter of what MHA does; reserved bytes run ahead of used ones by under a block."
+        "quarter of what MHA does. The whole prompt's blocks are reserved when it is admitted; "
+        "during decode, reserved bytes run ahead of written ones by less than one block."
     )
     topics = ("kv-cache-basics", "kv-cache-arithmetic")
     params = (

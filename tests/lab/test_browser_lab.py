@@ -60,7 +60,11 @@ def test_kv_growth_lab_streams_to_the_chart_and_survives_a_reload(page: Page, as
     first_point_s = time.perf_counter() - submitted
     print(f"\nKV-growth lab: submit -> first point on the chart: {first_point_s:.2f} s")
     # Predicted curves are there from the start; measured points keep arriving.
-    assert page.evaluate("document.querySelectorAll('#lab-chart .scatterlayer .trace').length") == 6
+    traces = page.evaluate(
+        "document.getElementById('lab-chart').data.map(t => [t.name, t.x.length])"
+    )
+    assert len(traces) == 6
+    assert dict(traces)["GQA predicted"] == 2  # drawn from the start: 0 and N tokens
     run = LabRun.objects.get()
     page.wait_for_function("window.labRun.drawn >= 20", timeout=60_000)
     page.reload()
@@ -70,12 +74,11 @@ def test_kv_growth_lab_streams_to_the_chart_and_survives_a_reload(page: Page, as
     total = run.points.count()
     assert total > 100
     assert drawn(page) == total  # every point once: none lost, none doubled by the reload
-    seqs = page.evaluate(
-        "Object.values(window.labRun).length && "
-        "document.getElementById('lab-chart').data.filter(t => !t.line || !t.line.dash)"
+    measured = page.evaluate(
+        "document.getElementById('lab-chart').data.filter(t => !t.name.includes('predicted'))"
         ".reduce((n, t) => n + t.x.length, 0)"
     )
-    assert seqs == total  # the measured traces hold exactly the run's points
+    assert measured == total  # the measured traces hold exactly the run's points
     rows = page.locator("#mvp-table tbody tr")
     expect(rows.first).to_contain_text("MHA measured")
     ratios = page.locator("#mvp-table tbody tr td:nth-child(5)").all_inner_texts()
