@@ -8,6 +8,7 @@ engine builds one backend per step from the scheduled sequences (see docs/ENGINE
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import struct
 from collections import OrderedDict, deque
@@ -348,6 +349,28 @@ class _CachedAttention:
         # One mask per sequence per step, shared by all layers.
         pairs = list(zip(self.num_cached, self.num_new, strict=True))
         self.masks = [causal_mask(cached, new, kv.device) for cached, new in pairs]
+        self._decode: tuple | None = None  # the batched-decode plan, built on first use
+
+    def _decode_plan(self) -> tuple:
+        """Sequences with one new token (decode) are attended in one padded SDPA call:
+        (seq indices, their rows in q, key mask [S, 1, 1, L], L). Empty below 2 such."""
+        if self._decode is None:
+            idx = [i for i, n in enumerate(self.num_new) if n == 1]
+            if len(idx) < 2:
+                self._decode = ([], None, None, 0)
+            else:
+                starts = [0, *itertools.accumulate(self.num_new)]
+                totals = torch.tensor([self.num_cached[i] + 1 for i in idx])
+                length = int(totals.max())
+                mask = torch.arange(length)[None, :] < totals[:, None]
+                device = self.kv.device
+                rows = torch.tensor([starts[i] for i in idx], device=device)
+                self._decode = (idx, rows, mask[:, None, None, :].to(device), length)
+        return self._decode
+
+    def _padded_history(self, cache: Tensor, seqs: list[int], length: int) -> Tensor:
+        """[S, length, kv_heads, dim] keys or values of `seqs`, padded past each one's end."""
+        raise NotImplementedError
 
     def _slot_mapping(self, regions_per_seq: list[Tensor]) -> Tensor:
         """Flat slot index (region * region_len + offset) of every new token, on kv.device."""
@@ -373,8 +396,21 @@ class _CachedAttention:
         k_cache.view(-1, kv_heads, dim).index_copy_(0, self.slots, k.to(k_cache.dtype))
         v_cache.view(-1, kv_heads, dim).index_copy_(0, self.slots, v.to(v_cache.dtype))
         out = torch.empty_like(q)
+        batched, rows, key_mask, length = self._decode_plan()
+        if batched:  # all decode sequences in one call: no per-sequence Python loop
+            keys = self._padded_history(k_cache, batched, length).to(q.dtype).transpose(1, 2)
+            values = self._padded_history(v_cache, batched, length).to(q.dtype).transpose(1, 2)
+            queries = q.index_select(0, rows).unsqueeze(2)  # [S, n_heads, 1, dim]
+            attended = F.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=key_mask, enable_gqa=True
+            )
+            out.index_copy_(0, rows, attended.squeeze(2))
+        done = set(batched)
         start = 0
         for i, (cached, new) in enumerate(zip(self.num_cached, self.num_new, strict=True)):
+            if i in done:
+                start += new
+                continue
             keys = self._history(k_cache, i, cached + new).to(q.dtype)
             values = self._history(v_cache, i, cached + new).to(q.dtype)
             mask = self.masks[i]
@@ -412,6 +448,15 @@ class PagedAttention(_CachedAttention):
         blocks = cache.index_select(0, self.tables[seq][:num_blocks])
         return blocks.flatten(0, 1)[:total]
 
+    def _padded_history(self, cache: Tensor, seqs: list[int], length: int) -> Tensor:
+        num_blocks = math.ceil(length / self.region_len)
+        table = torch.zeros(len(seqs), num_blocks, dtype=torch.long)  # pad: block 0, masked
+        for row, seq in enumerate(seqs):
+            blocks = self.tables[seq][:num_blocks].cpu()
+            table[row, : len(blocks)] = blocks
+        gathered = cache.index_select(0, table.flatten().to(cache.device))
+        return gathered.view(len(seqs), num_blocks * self.region_len, *cache.shape[2:])[:, :length]
+
 
 class ContiguousAttention(_CachedAttention):
     """Backend over contiguous regions: sequence i's token p lives at [slots[i], p]."""
@@ -432,6 +477,10 @@ class ContiguousAttention(_CachedAttention):
 
     def _history(self, cache: Tensor, seq: int, total: int) -> Tensor:
         return cache[self.regions[seq], :total]
+
+    def _padded_history(self, cache: Tensor, seqs: list[int], length: int) -> Tensor:
+        regions = torch.tensor([self.regions[s] for s in seqs], device=cache.device)
+        return cache.index_select(0, regions)[:, :length]
 
 
 def causal_mask(num_cached: int, num_new: int, device: torch.device) -> Tensor | None:

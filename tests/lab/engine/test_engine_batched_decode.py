@@ -1,0 +1,49 @@
+"""Decode sequences are attended in one padded SDPA call; it must equal attending each
+sequence on its own (paged and contiguous, GQA, mixed with a chunked prefill)."""
+
+from __future__ import annotations
+
+import torch
+
+from lab.engine.kv_cache import ContiguousAttention, PagedAttention, causal_attention
+
+
+def reference(kv, histories, cached, new, q, layer=0):
+    out, start = [], 0
+    for hist, c, n in zip(histories, cached, new, strict=True):
+        keys, values = hist(kv[layer, 0], c + n), hist(kv[layer, 1], c + n)
+        mask = None
+        if n > 1:
+            pos = torch.arange(c, c + n)
+            mask = torch.arange(c + n)[None, :] <= pos[:, None]
+        out.append(causal_attention(q[start : start + n], keys, values, mask))
+        start += n
+    return torch.cat(out)
+
+
+def test_batched_decode_equals_per_sequence_attention():
+    torch.manual_seed(0)
+    layers, blocks, block, kv_heads, heads, dim = 2, 40, 4, 2, 8, 16
+    kv = torch.randn(layers, 2, blocks, block, kv_heads, dim)
+    cached, new = [5, 0, 17, 2, 30], [1, 6, 1, 1, 1]  # one prefill among four decodes
+    tables = [[3, 9], [1, 2], [4, 5, 6, 7, 8], [10], [11, 12, 13, 14, 15, 16, 17, 18]]
+    t = sum(new)
+    q, k, v = (
+        torch.randn(t, heads, dim),
+        torch.randn(t, kv_heads, dim),
+        torch.randn(t, kv_heads, dim),
+    )
+    paged = PagedAttention(kv.clone(), tables, cached, new, block)
+    got = paged.attend(1, q, k, v)
+    assert paged._decode_plan()[0] == [0, 2, 3, 4]
+    hists = [
+        (lambda cache, total, tb=tb: cache[torch.tensor(tb)].flatten(0, 1)[:total]) for tb in tables
+    ]
+    torch.testing.assert_close(got, reference(paged.kv, hists, cached, new, q, layer=1))
+
+    regions = [0, 1, 2, 3, 4]
+    pool = torch.randn(layers, 2, 5, 40, kv_heads, dim)
+    contiguous = ContiguousAttention(pool, regions, cached, new)
+    got = contiguous.attend(0, q, k, v)
+    hists = [(lambda cache, total, r=r: cache[r, :total]) for r in regions]
+    torch.testing.assert_close(got, reference(contiguous.kv, hists, cached, new, q))
