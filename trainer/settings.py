@@ -111,7 +111,8 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     }
     # Tests use a file too: an in-memory shared-cache database takes table locks that fail
     # at once ("database table is locked") when a worker thread writes while a test reads.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_db.sqlite3")}
+    # One file per test process: two pytest sessions on one checkout must not share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test_db_{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
