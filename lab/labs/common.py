@@ -131,3 +131,21 @@ def window_nll(model: LlamaModel, window: torch.Tensor) -> tuple[float, int]:
 
 def perplexity(nll_and_counts: list[tuple[float, int]]) -> float:
     return math.exp(sum(n for n, _ in nll_and_counts) / sum(c for _, c in nll_and_counts))
+
+
+# Marks KV-pool slots the engine has not written. Finite, because batched decode attention
+# reads padding slots with weight 0 (NaN x 0 is NaN); no real K or V head vector is ever
+# exactly all 7.0, which is exact in fp32, bf16 and fp16.
+UNWRITTEN = 7.0
+
+
+def mark_unwritten(pool: torch.Tensor) -> None:
+    """Fill a KV pool [layers, 2, blocks, block, kv_heads, dim] with the UNWRITTEN marker."""
+    pool.fill_(UNWRITTEN)
+
+
+def written_bytes(pool: torch.Tensor) -> int:
+    """Bytes of the pool the engine has written since mark_unwritten: every head vector
+    (dim values) that is no longer all UNWRITTEN, times its bytes. Measured, no formula."""
+    written_vectors = int((pool != UNWRITTEN).any(dim=-1).sum())
+    return written_vectors * pool.shape[-1] * pool.element_size()

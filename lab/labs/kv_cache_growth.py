@@ -1,8 +1,8 @@
 """KV-cache growth: bytes the engine has written into its KV pool vs tokens, MHA vs GQA.
 
-Measured without the formula: the pool is filled with NaN before the run, and after every
-step the lab counts the pool elements that are no longer NaN (× element size). That is the
-KV the model really stored. The prediction is the bank's whiteboard expression
+Measured without the formula: the pool is filled with a marker before the run, and after
+every step the lab counts the pool's head vectors that no longer hold it (x their bytes):
+the KV the model really stored. The prediction is the bank's whiteboard expression
 2 × layers × kv_heads × head_dim × dtype_bytes per token; the two must agree exactly.
 """
 
@@ -15,7 +15,13 @@ import torch
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
-from lab.labs.common import bundled_shape, random_model, torch_dtype
+from lab.labs.common import (
+    bundled_shape,
+    mark_unwritten,
+    random_model,
+    torch_dtype,
+    written_bytes,
+)
 from lab.labs.formulas import kv_bytes_per_token
 
 VARIANTS = ("mha", "gqa")
@@ -106,7 +112,7 @@ class KVCacheGrowth(Lab):
                 ),
             )
             pool = engine.pool.kv
-            pool.fill_(float("nan"))
+            mark_unwritten(pool)
             block_bytes = pool[:, :, 0].numel() * pool.element_size()
             per_token = kv_bytes_per_token(*_dims(shape), pool.element_size())
             gen = torch.Generator().manual_seed(0)
@@ -126,7 +132,7 @@ class KVCacheGrowth(Lab):
                 if cached - last < p["every"] and cached < p["tokens"]:
                     continue
                 last = cached
-                written = int((~pool.isnan()).sum()) * pool.element_size()
+                written = written_bytes(pool)
                 reserved = len(seq.block_table) * block_bytes
                 extra = {
                     "predicted": cached * per_token,

@@ -4,9 +4,9 @@ A seeded batch of sequences of random lengths is decoded on the engine in contig
 (each sequence reserves max_model_len slots up front) and in paged mode at several block
 sizes. Requests are admitted in a staggered way so that every sequence reaches its full
 length at the same step; there the lab stops the batch and measures, without the formula:
-the pool is filled with NaN before the run, the bytes written are the pool elements no longer
-NaN, and the bytes reserved are the sequences' blocks (regions) x bytes per block. Waste is
-the reserved share never written.
+the pool is filled with a marker before the run (common.UNWRITTEN), the bytes written are
+the pool's head vectors no longer all marker, and the bytes reserved are the sequences'
+blocks (regions) x bytes per block. Waste is the reserved share never written.
 
 The prediction is the bank's arithmetic on the known lengths: paged waste is
 1 - mean_len / paged_tokens with paged_tokens = mean(ceil(len / block) x block), contiguous
@@ -24,7 +24,7 @@ import torch
 from lab.engine.engine import EngineConfig, LLMEngine
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
-from lab.labs.common import bundled_shape, random_model
+from lab.labs.common import bundled_shape, mark_unwritten, random_model, written_bytes
 from lab.labs.formulas import contiguous_waste, paged_waste
 
 
@@ -75,7 +75,7 @@ def measure(model, work: list[tuple[int, int]], mode: str, block_size: int, p: d
         ),
     )
     pool = engine.pool.kv
-    pool.fill_(float("nan"))
+    mark_unwritten(pool)
     elem = pool.element_size()
     region_bytes = pool[:, :, 0].numel() * elem  # one block (paged) or one region
     vocab = model.config.vocab_size
@@ -93,7 +93,7 @@ def measure(model, work: list[tuple[int, int]], mode: str, block_size: int, p: d
         engine.step()
     seqs = [engine.requests[i].seq for i in ids]
     lengths = [seq.num_computed_tokens for seq in seqs]
-    written = int((~pool.isnan()).sum()) * elem
+    written = written_bytes(pool)
     reserved = sum(len(seq.block_table) for seq in seqs) * region_bytes
     usage = engine.kv_usage()
     for i in ids:
