@@ -1,7 +1,8 @@
 """Settings for the inference trainer: one module, everything read from the environment.
 
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL, REDIS_URL, CSRF_TRUSTED_ORIGINS,
-SECURE_SSL_REDIRECT, LAB_MAX_SECONDS, LAB_MAX_ACTIVE_RUNS, LAB_STALE_SECONDS. See .env.example.
+SECURE_SSL_REDIRECT, LAB_MAX_SECONDS, LAB_MAX_ACTIVE_RUNS, LAB_STALE_SECONDS, MOCK_TIME_SCALE,
+MOCK_DEADLINE_GRACE_S, MOCK_INVITE_HOURS, MOCK_LATE_CREDIT. See .env.example.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ INSTALLED_APPS = [
     "trainer",
     "lab",
     "questions",
+    "mock",
 ]
 
 MIDDLEWARE = [
@@ -163,6 +165,13 @@ LAB_MAX_SECONDS = int(os.environ.get("LAB_MAX_SECONDS", "900"))
 LAB_MAX_ACTIVE_RUNS = int(os.environ.get("LAB_MAX_ACTIVE_RUNS", "2"))
 # A running lab run whose worker has not heart-beaten for this long is marked failed.
 LAB_STALE_SECONDS = int(os.environ.get("LAB_STALE_SECONDS", "60"))
+# Mock interviews: per-question minutes × this (tests use a small scale to time out in
+# seconds); seconds a late-arriving answer is still on time (network); invite lifetime;
+# share of a late answer's score that counts.
+MOCK_TIME_SCALE = float(os.environ.get("MOCK_TIME_SCALE", "1.0"))
+MOCK_DEADLINE_GRACE_S = float(os.environ.get("MOCK_DEADLINE_GRACE_S", "2.0"))
+MOCK_INVITE_HOURS = float(os.environ.get("MOCK_INVITE_HOURS", "24"))
+MOCK_LATE_CREDIT = float(os.environ.get("MOCK_LATE_CREDIT", "0.5"))
 # Share of a step's credit each revealed hint costs (arithmetic practice).
 ARITHMETIC_HINT_PENALTY = float(os.environ.get("ARITHMETIC_HINT_PENALTY", "0.10"))
 

@@ -31,5 +31,6 @@ urlpatterns = [
         name="step_hint",
     ),
     path("lab/", include("lab.urls")),
+    path("mock/", include("mock.urls")),
     path("admin/", admin.site.urls),
 ]

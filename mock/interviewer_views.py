@@ -1,0 +1,238 @@
+"""The peer-interviewer seat: claim an invite, watch the answer being typed (SSE), mark."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import redis
+from asgiref.sync import sync_to_async
+from django.contrib.auth.decorators import login_required
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseForbidden,
+    StreamingHttpResponse,
+)
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from mock import live, services
+from mock.models import MockInterview, MockItem
+from questions.models import Question
+
+log = logging.getLogger(__name__)
+TAIL_BLOCK_MS = 2000
+KEEPALIVE_EVERY = 7
+
+
+@login_required
+def join(request: HttpRequest, token: str) -> HttpResponse:
+    try:
+        mock = services.invite_accept(token=token, user=request.user)
+    except services.MockError as exc:
+        return render(request, "mock/refused.html", {"reason": str(exc)}, status=403)
+    return redirect("mock_interviewer", mock_id=mock.pk)
+
+
+def _interviewed_mock(request: HttpRequest, mock_id: int) -> MockInterview:
+    """Only the user bound by the invite; the candidate and everyone else get a 404."""
+    return get_object_or_404(
+        MockInterview.objects.select_related("loop", "user"),
+        pk=mock_id,
+        interviewer=request.user,
+    )
+
+
+def snapshot(mock_id: int) -> dict:
+    """What the candidate has typed so far, from the DB: {item: {slot: text}} + current."""
+    texts: dict[int, dict[str, str]] = {}
+    times: dict[int, dict[str, int]] = {}
+    current = None
+    items = MockItem.objects.filter(mock_id=mock_id).select_related("attempt", "question")
+    for item in items.prefetch_related("follow_up_answers", "attempt__step_answers"):
+        slots: dict[str, str] = {}
+        stamps: dict[str, int] = {}
+        if item.attempt is not None:
+            attempt = item.attempt
+            slots["main"] = attempt.answer or attempt.draft
+            stamps["main"] = live.stamp_ms(attempt.submitted or attempt.draft_saved)
+            answered = {a.step_name: a.raw for a in attempt.step_answers.all()}
+            steps = {**(item.step_drafts or {}), **answered}
+            if steps:
+                slots["steps"] = "\n".join(f"{k}: {v}" for k, v in steps.items())
+                stamps["steps"] = live.stamp_ms(item.step_drafts_saved)
+        for row in item.follow_up_answers.all():
+            slots[f"fu-{row.index}"] = row.answer or row.draft
+            stamps[f"fu-{row.index}"] = live.stamp_ms(row.submitted or row.draft_saved)
+        texts[item.order] = slots
+        times[item.order] = stamps
+        if item.started is not None and item.closed is None:
+            current = item.order
+    return {"texts": texts, "times": times, "current": current}
+
+
+def _arithmetic_view(item: MockItem) -> tuple[str, list[dict]]:
+    """An arithmetic item's prompt with the candidate's numbers, and each step's reference
+    answer for the interviewer; ("", []) for other questions or before the item starts."""
+    if item.question.kind != Question.Kind.ARITHMETIC or item.attempt is None:
+        return "", []
+    from questions.expressions import format_quantity
+    from questions.markdown import render_markdown
+    from questions.problems import render_text, solve
+    from trainer import services as practice
+
+    context = practice.attempt_context(item.attempt)
+    scope = dict(context.variant.variables)
+    reference = solve(context.problem, scope)
+    steps = [
+        {
+            "name": step.name,
+            "prompt_html": render_markdown(render_text(step.prompt, {**scope, **reference})),
+            "reference": format_quantity(reference[step.name], step.unit),
+        }
+        for step in context.problem.steps
+    ]
+    return render_markdown(render_text(item.question.prompt, scope)), steps
+
+
+@login_required
+def interviewer_page(request: HttpRequest, mock_id: int) -> HttpResponse:
+    mock = _interviewed_mock(request, mock_id)
+    items = list(
+        mock.items.select_related("question", "attempt").prefetch_related("question__rubric")
+    )
+    state = snapshot(mock.pk)
+    rows = []
+    for item in items:
+        prompt_html, references = _arithmetic_view(item)
+        texts = state["texts"].get(item.order, {})
+        marked = set(item.interviewer_points or [])
+        rows.append(
+            {
+                "item": item,
+                "question": item.question,
+                "arithmetic": item.question.kind == Question.Kind.ARITHMETIC,
+                "prompt_html": prompt_html or item.question.prompt_html,
+                "references": references,
+                "main": texts.get("steps" if item.question.kind == "arithmetic" else "main", ""),
+                "follow_ups": [
+                    {"index": i, "prompt": p, "text": texts.get(f"fu-{i}", "")}
+                    for i, p in enumerate(item.question.follow_ups or [])
+                ],
+                "rubric": [
+                    {"index": i, "point": p, "marked": i in marked}
+                    for i, p in enumerate(item.question.rubric.all())
+                ],
+            }
+        )
+    return render(
+        request,
+        "mock/interviewer.html",
+        {"mock": mock, "rows": rows, "current": state["current"]},
+    )
+
+
+@login_required
+@require_POST
+def mark(request: HttpRequest, mock_id: int, order: int) -> HttpResponse:
+    mock = _interviewed_mock(request, mock_id)
+    item = get_object_or_404(
+        MockItem.objects.select_related("mock", "question"), mock=mock, order=order
+    )
+    points = [int(p) for p in request.POST.getlist("point") if p.isdigit()]
+    raw_score = request.POST.get("score_10", "").strip()
+    try:
+        score_10 = float(raw_score) if raw_score else None
+    except ValueError:
+        score_10 = None
+    item = services.interviewer_mark(
+        item=item,
+        user=request.user,
+        points=points,
+        notes=request.POST.get("notes", ""),
+        score_10=score_10,
+    )
+    score = "—" if item.interviewer_score is None else f"{round(item.interviewer_score * 10, 1)}/10"
+    return HttpResponse(f'<span class="saved">Saved · your score {score}</span>')
+
+
+# ---------------------------------------------------------------- SSE (ASGI only)
+
+
+def _sse(event: str, data: dict) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+def _snapshot_events(state: dict) -> list[str]:
+    return [
+        _sse(
+            "answer", {"item": order, "slot": slot, "text": text, "t": state["times"][order][slot]}
+        )
+        for order, slots in state["texts"].items()
+        for slot, text in slots.items()
+    ]
+
+
+async def events(request: HttpRequest, mock_id: int) -> HttpResponse:
+    """text/event-stream for the interviewer: a DB snapshot of every answer box, then each
+    autosave as it happens (`answer`), question changes (`item`) and `end`."""
+    user = await request.auser()
+    if not user.is_authenticated:
+        return HttpResponseForbidden("Log in to watch a mock.")
+    mock = await MockInterview.objects.filter(pk=mock_id, interviewer_id=user.pk).afirst()
+    if mock is None:
+        raise Http404("No such mock")
+    response = StreamingHttpResponse(_stream(mock_id), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _stream(mock_id: int):
+    from lab import streams
+
+    client = streams.async_client()
+    key = live.key(mock_id)
+    try:
+        try:  # where the stream stands now: tail from here after the DB snapshot
+            newest = await client.xrevrange(key, count=1)
+            cursor: bytes | None = newest[0][0] if newest else b"0-0"
+        except redis.RedisError:
+            cursor = None
+        state = await sync_to_async(snapshot)(mock_id)
+        for event in _snapshot_events(state):
+            yield event
+        yield _sse("item", {"item": state["current"]})
+        quiet = 0
+        while True:
+            mock = await MockInterview.objects.aget(pk=mock_id)
+            if mock.finished is not None:
+                break
+            entries = []
+            if cursor is not None:
+                try:
+                    reply = await client.xread({key: cursor}, block=TAIL_BLOCK_MS, count=200)
+                    entries = reply[0][1] if reply else []
+                except redis.RedisError as exc:
+                    log.warning("mock %s: live read failed, polling the DB: %s", mock_id, exc)
+                    cursor = None
+            else:  # no Redis: resend the DB snapshot every 2 s
+                await asyncio.sleep(2.0)
+                state = await sync_to_async(snapshot)(mock_id)
+                for event in _snapshot_events(state):
+                    yield event
+            for entry_id, fields in entries:
+                cursor = entry_id
+                kind, data = live.decode_entry(fields)
+                yield _sse(kind, data)
+            quiet = 0 if entries else quiet + 1
+            if quiet and quiet % KEEPALIVE_EVERY == 0:
+                yield ": keep-alive\n\n"
+        yield _sse("end", {})
+    except asyncio.CancelledError:  # the interviewer closed the page
+        raise
+    finally:
+        await client.aclose()
