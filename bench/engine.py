@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
-import hashlib
 import importlib.util
 import math
 import os
@@ -347,24 +346,12 @@ def section_d(b: Bench) -> str:
 
 
 def heldout_tokens(num_tokens: int) -> torch.Tensor | None:
-    """The first `num_tokens` of the held-out corpus (manifest files whose sha256 matches
-    this Python's stdlib), tokenised as in training; None when unavailable."""
-    manifest, tokenizer_file = WEIGHTS / "corpus_manifest.txt", WEIGHTS / "tokenizer.json"
-    if not (manifest.exists() and tokenizer_file.exists()):
-        return None
-    from tokenizers import Tokenizer
+    """The first `num_tokens` of the held-out corpus, prepared and tokenised as in
+    training (lab.labs.common.heldout_ids); None when unavailable on this machine."""
+    from lab.labs.common import heldout_ids
 
-    from lab.engine.train import read_manifest, stdlib_dir, token_stream
-
-    texts = []
-    for f in read_manifest(manifest)[1]:
-        path = stdlib_dir() / f.rel_path
-        if f.split == "heldout" and path.exists():
-            data = path.read_bytes()
-            if hashlib.sha256(data).hexdigest() == f.sha256:
-                texts.append(data.decode("utf-8"))
-    ids = token_stream(Tokenizer.from_file(str(tokenizer_file)), texts)
-    return ids[:num_tokens] if len(ids) >= num_tokens else None
+    ids = heldout_ids()
+    return ids[:num_tokens] if ids is not None and len(ids) >= num_tokens else None
 
 
 def perplexity(logits_of: Callable[[torch.Tensor], torch.Tensor], windows) -> float:

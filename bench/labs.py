@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.cold:  # load the bundled models and the held-out text once, as a warm worker
         from lab.labs import common
 
-        common.bundled_model("target"), common.bundled_model("draft"), common._heldout_ids()
+        common.bundled_model("target"), common.bundled_model("draft"), common.heldout_ids()
     now = datetime.datetime.now().isoformat(timespec="seconds")
     print(f"# python -m bench.labs ({now}); {device_name('cpu')}; load average "
           f"{os.getloadavg()[0]:.1f}\n")  # fmt: skip

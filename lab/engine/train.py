@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import platform
+import re
 import sys
 import sysconfig
 import time
@@ -122,9 +123,23 @@ def read_manifest(path: Path) -> tuple[str, list[SourceFile]]:
     return version, files
 
 
+_DECORATION_LINE = re.compile(r"^[ \t]*#[ \t#=*~-]*\n", re.MULTILINE)
+
+
+def clean_source(text: str) -> str:
+    """Drop comment lines that are pure decoration (`#`, `# ----`, `#####`): licence
+    banners and separators are runs of them, and a small model learns to emit them
+    forever. Everything else is the file as written."""
+    return _DECORATION_LINE.sub("", text)
+
+
 def read_texts(root: Path, files: list[SourceFile], split: str) -> list[str]:
-    """The source text of every manifest file in `split`."""
-    return [(root / f.rel_path).read_text(encoding="utf-8") for f in files if f.split == split]
+    """The source text of every manifest file in `split` (decoration lines dropped)."""
+    return [
+        clean_source((root / f.rel_path).read_text(encoding="utf-8"))
+        for f in files
+        if f.split == split
+    ]
 
 
 # ---------------------------------------------------------------- tokenizer

@@ -89,11 +89,11 @@ def device_name(device: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _heldout_ids() -> torch.Tensor | None:
+def heldout_ids() -> torch.Tensor | None:
     manifest, tokenizer_file = WEIGHTS / "corpus_manifest.txt", WEIGHTS / "tokenizer.json"
     if not (manifest.exists() and tokenizer_file.exists()):
         return None
-    from lab.engine.train import read_manifest, stdlib_dir, token_stream
+    from lab.engine.train import clean_source, read_manifest, stdlib_dir, token_stream
 
     texts = []
     for f in read_manifest(manifest)[1]:
@@ -101,7 +101,7 @@ def _heldout_ids() -> torch.Tensor | None:
         if f.split == "heldout" and path.exists():
             data = path.read_bytes()
             if hashlib.sha256(data).hexdigest() == f.sha256:
-                texts.append(data.decode("utf-8"))
+                texts.append(clean_source(data.decode("utf-8")))  # as in training
     return token_stream(tokenizer(), texts) if texts else None
 
 
@@ -109,7 +109,7 @@ def heldout_windows(num_windows: int, length: int) -> list[torch.Tensor]:
     """`num_windows` consecutive windows of `length` held-out tokens (manifest files whose
     sha256 matches this Python's stdlib, tokenised as in training). RuntimeError when this
     machine's stdlib does not hold enough of them."""
-    ids = _heldout_ids()
+    ids = heldout_ids()
     needed = num_windows * length
     if ids is None or len(ids) < needed:
         have = 0 if ids is None else len(ids)

@@ -65,7 +65,7 @@ def test_predicted_bytes_by_hand():
 
 
 def test_missing_heldout_text_fails_with_the_reason(monkeypatch):
-    monkeypatch.setattr(common, "_heldout_ids", lambda: None)
+    monkeypatch.setattr(common, "heldout_ids", lambda: None)
     with pytest.raises(RuntimeError, match="Held-out text unavailable"):
         list(LAB.run(RunContext(LAB.clean(TINY))))
 
