@@ -12,15 +12,9 @@ import torch.nn.functional as F
 from lab.labs.attention_memory import LAB, naive_attention, peak_bytes, tiled_attention
 from lab.labs.base import LabCancelled, LabParamError, RunContext
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = {"min_seq_len": 64, "max_seq_len": 256, "heads": 2, "head_dim": 16, "block": 32}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_defaults_clean():

@@ -5,22 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from lab.labs.base import LabCancelled, LabParamError, RunContext
 from lab.labs.batching import LAB, continuous_schedule, percentile, static_schedule, workload
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = {"requests": 7, "slots": 3, "prompt_min": 2, "prompt_max": 5, "output_min": 1,
         "output_max": 9, "seed": 3}  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models are overhead-bound: extra threads only contend on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_defaults_clean():

@@ -5,22 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from lab.labs.base import LabCancelled, LabParamError, RunContext
 from lab.labs.cancellation import LAB, workload
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = {"requests": 3, "max_tokens": 14, "others_max_tokens": 6, "disconnect_after": 3,
         "prompt_tokens": 4, "block_size": 2, "seed": 1}  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models are overhead-bound: extra threads only contend on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_defaults_clean():

@@ -6,21 +6,14 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from lab.labs.base import LabCancelled, LabParamError, RunContext
 from lab.labs.common import bundled_shape, random_model
 from lab.labs.kv_vs_no_cache import LAB, step_flops
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = {"prompt_tokens": 8, "new_tokens": 17, "every": 8}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_defaults_clean():

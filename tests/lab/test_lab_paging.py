@@ -5,24 +5,16 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from lab.labs.base import LabCancelled, LabParamError, RunContext
 from lab.labs.common import bundled_shape
 from lab.labs.formulas import kv_bytes_per_token
 from lab.labs.paging import LAB, block_sizes, workload
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = {"sequences": 3, "min_len": 3, "max_len": 40, "decode_max": 4, "max_model_len": 48,
         "largest_block": "16", "seed": 5}  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models are overhead-bound: extra threads only contend on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_defaults_clean():

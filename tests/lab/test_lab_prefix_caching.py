@@ -6,23 +6,15 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from lab.labs.base import LabCancelled, LabParamError, RunContext
 from lab.labs.formulas import prefix_hit_tokens
 from lab.labs.prefix_caching import LAB, chat_plan, predicted_hits, timestamp_ids
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = {"turns": 3, "system_tokens": 20, "user_tokens": 5, "answer_tokens": 3,
         "block_size": 4, "repeats": 1}  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models are overhead-bound: extra threads only contend on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_defaults_clean():

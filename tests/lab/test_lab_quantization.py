@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 import lab.labs.common as common
 import lab.labs.quantization as quantization
@@ -14,16 +13,9 @@ from lab.labs.base import LabCancelled, LabParamError, RunContext
 from lab.labs.common import bundled_shape
 from lab.labs.quantization import LAB, predicted_bytes
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = {"group_size": "32", "windows": 10, "window_tokens": 32, "decode_tokens": 4}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models are overhead-bound: extra threads only contend on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_defaults_clean():

@@ -6,22 +6,14 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from lab.labs.base import LabCancelled, LabParamError, RunContext
 from lab.labs.formulas import spec_speedup, spec_tokens_per_step
 from lab.labs.speculative_decoding import LAB
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = {"max_k": 2, "prompts": 2, "prompt_tokens": 16, "new_tokens": 8, "max_batch": "4"}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models are overhead-bound: extra threads only contend on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_defaults_clean():

@@ -6,21 +6,14 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from lab.labs.base import LabCancelled, LabParamError, RunContext
 from lab.labs.common import bundled_shape, random_model
 from lab.labs.two_phase import LAB, doubling, matmul_params, widened_shape
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = {"max_prompt_tokens": 64, "max_batch": 4, "repeats": 1}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_defaults_clean():
