@@ -110,7 +110,7 @@ class Series:
     kind: str = "measured"  # measured | predicted
     predicts: str = ""
     axis: str = "y"  # y | y2 (second y axis on the right)
-    mode: str = "lines+markers"
+    mode: str = "lines+markers"  # a plotly scatter mode, or "bar" (bar series are stacked)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,14 @@ document.addEventListener("DOMContentLoaded", () => {
     : Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(4)
     : Number.isInteger(v) ? String(v) : v.toPrecision(5));
 
-  const traces = series.map((s) => ({
-    name: s.label, type: "scatter", mode: s.mode, x: [], y: [],
-    yaxis: s.axis === "y2" ? "y2" : "y",
-    line: s.kind === "predicted" ? { dash: "dash" } : {},
-  }));
+  // mode "bar": a bar trace; several bar series are stacked (a waterfall of hops per x).
+  const traces = series.map((s) => (s.mode === "bar"
+    ? { name: s.label, type: "bar", x: [], y: [], yaxis: s.axis === "y2" ? "y2" : "y" }
+    : {
+      name: s.label, type: "scatter", mode: s.mode, x: [], y: [],
+      yaxis: s.axis === "y2" ? "y2" : "y",
+      line: s.kind === "predicted" ? { dash: "dash" } : {},
+    }));
   const chart = page.lab.chart;
   const layout = {
     margin: { t: 20, r: chart.y2_title ? 60 : 10, b: 50, l: 70 }, height: 420,
@@ -28,6 +31,7 @@ document.addEventListener("DOMContentLoaded", () => {
     yaxis: { title: { text: chart.y_title }, type: chart.y_type, rangemode: "tozero" },
     legend: { orientation: "h", y: -0.2 },
   };
+  if (series.some((s) => s.mode === "bar")) layout.barmode = "stack";
   if (chart.y2_title) {
     layout.yaxis2 = { title: { text: chart.y2_title }, overlaying: "y", side: "right", rangemode: "tozero" };
   }
