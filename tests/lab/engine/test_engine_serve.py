@@ -286,3 +286,53 @@ def test_detokenizer_never_splits_a_character():
     pieces = [detok.add([i]) for i in ids]
     assert "".join(pieces) == text
     assert not any("\ufffd" in p for p in pieces)
+
+
+def test_loadgen_against_our_server(url, tmp_path):
+    """`python -m lab.loadgen` on loopback for a few seconds: metrics computed, JSON valid,
+    and the server's own counters agree with what the client saw."""
+    import subprocess
+    import sys
+
+    before = metrics(url)
+    out = tmp_path / "run.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "lab.loadgen",
+        "--url",
+        url,
+        "--rate",
+        "8",
+        "--duration",
+        "3",
+        "--num-requests",
+        "1000",
+        "--input-len",
+        "32",
+        "--output-len",
+        "16",
+        "--ignore-eos",
+        "--slo",
+        "ttft_ms=2000,tpot_ms=500",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    s = result["summary"]
+    assert s["completed"] == s["requests"] >= 10 and s["failed"] == 0
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+        stats = s[name]
+        assert 0 < stats["median"] <= stats["p90"] <= stats["p99"]
+    assert s["total_output_tokens"] == 16 * s["completed"]
+    assert s["goodput"] is not None and s["request_throughput"] > 0
+    records = result["requests"]
+    assert len(records) == s["requests"]
+    assert all(r["server_timing"] and r["output_tokens"] == 16 for r in records)
+    after = metrics(url)
+    assert after["generated_tokens_total"] - before.get("generated_tokens_total", 0) == 16 * len(
+        records
+    )
