@@ -23,6 +23,7 @@ MODULES = (
     "speculative_decoding",
     "attention_memory",
     "cancellation",
+    "http_cancellation",
 )
 
 LABS: dict[str, Lab] = {}
