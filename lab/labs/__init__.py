@@ -24,6 +24,7 @@ MODULES = (
     "attention_memory",
     "cancellation",
     "http_cancellation",
+    "latency_vs_load",
 )
 
 LABS: dict[str, Lab] = {}
