@@ -25,6 +25,7 @@ MODULES = (
     "cancellation",
     "http_cancellation",
     "latency_vs_load",
+    "waterfall",
 )
 
 LABS: dict[str, Lab] = {}
