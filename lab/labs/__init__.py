@@ -26,6 +26,7 @@ MODULES = (
     "http_cancellation",
     "latency_vs_load",
     "waterfall",
+    "retry_storm",
 )
 
 LABS: dict[str, Lab] = {}
