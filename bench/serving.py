@@ -12,48 +12,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
 
-import httpx
-
-from lab.engine.serve import spawn
+from lab.engine.serve import spawn, wait_idle
+from lab.labs.http_cancellation import leave_early
 from lab.loadgen import LoadConfig, sweep
-
-
-def counters(url: str) -> dict[str, float]:
-    text = httpx.get(url.removesuffix("/v1") + "/metrics").text
-    pairs = (line.split() for line in text.splitlines() if not line.startswith("#"))
-    return {name.removeprefix("mini_engine_"): float(value) for name, value in pairs}
-
-
-async def leave_early(url: str, clients: int, leave_after: int, max_tokens: int) -> None:
-    body = {"model": "target", "prompt": "def main():", "max_tokens": max_tokens,
-            "ignore_eos": True, "stream": True}  # fmt: skip
-
-    async def one(c: httpx.AsyncClient) -> None:
-        async with c.stream("POST", f"{url}/completions", json=body) as r:
-            seen = 0
-            async for line in r.aiter_lines():
-                seen += line.startswith("data:")
-                if seen >= leave_after:
-                    return
-
-    async with httpx.AsyncClient(timeout=120) as c:
-        await asyncio.gather(*(one(c) for _ in range(clients)))
 
 
 def abort_vs_not(clients: int, leave_after: int, max_tokens: int) -> None:
     rows = {}
+    params = {"max_tokens": max_tokens, "leave_after": leave_after}
     for label, args in (("abort on disconnect", ()), ("no abort", ("--no-abort-on-disconnect",))):
         with spawn(*args) as url:
-            asyncio.run(leave_early(url, clients, leave_after, max_tokens))
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:  # wait until the engine is idle again
-                m = counters(url)
-                if m.get("running_requests", 1) == 0 and m.get("in_flight_requests", 1) == 0:
-                    break
-                time.sleep(0.1)
-            rows[label] = m
+            asyncio.run(leave_early(url, clients, params))
+            rows[label] = wait_idle(url)
     print(f"\n{clients} streaming clients, each leaves after {leave_after} chunks "
           f"(max_tokens {max_tokens})\n")  # fmt: skip
     print("| server | tokens generated | tokens after disconnect | engine busy s | aborted |")

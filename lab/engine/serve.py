@@ -970,6 +970,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # --- a server in a child process (labs, tests, benches) --------------------------------------
+def read_metrics(url: str) -> dict[str, float]:
+    """The server's /metrics as {name without the mini_engine_ prefix: value}; `url` is the
+    base URL ending in /v1."""
+    import httpx
+
+    text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
+    pairs = (line.split() for line in text.splitlines() if not line.startswith("#"))
+    return {name.removeprefix("mini_engine_"): float(value) for name, value in pairs}
+
+
+def wait_idle(url: str, check: Callable[[], None] = lambda: None, timeout: float = 120):
+    """Metrics once nothing runs or waits (a naive server finishes its orphans first);
+    `check` is called while waiting (a lab's cancel check)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = read_metrics(url)
+        if m.get("running_requests") == 0 and m.get("in_flight_requests") == 0:
+            return m
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"The engine server did not go idle within {timeout:g} s.")
+        check()
+        time.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

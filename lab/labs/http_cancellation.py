@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from lab.engine.serve import spawn
+from lab.engine.serve import read_metrics, spawn, wait_idle
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 
 MODES = {"abort": (), "naive": ("--no-abort-on-disconnect",)}
@@ -37,13 +37,7 @@ def predicted_waste(mode: str, n: int, params: dict) -> int:
     return n * (params["max_tokens"] - params["leave_after"]) if mode == "naive" else n
 
 
-def counters(url: str) -> dict[str, float]:
-    text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
-    pairs = (line.split() for line in text.splitlines() if not line.startswith("#"))
-    return {name.removeprefix("mini_engine_"): float(value) for name, value in pairs}
-
-
-async def _leave_early(url: str, n: int, params: dict) -> None:
+async def leave_early(url: str, n: int, params: dict) -> None:
     body = {"model": "target", "prompt": "def main():", "max_tokens": params["max_tokens"],
             "ignore_eos": True, "stream": True}  # fmt: skip
 
@@ -111,10 +105,10 @@ class HttpCancellation(Lab):
             with spawn(*args, "--device", ctx.device) as url:
                 for n in levels(p["clients"]):
                     ctx.check_cancel()
-                    before = counters(url)
+                    before = read_metrics(url)
                     started = time.perf_counter()
-                    asyncio.run(_leave_early(url, n, p))
-                    after = self._idle(url, ctx)
+                    asyncio.run(leave_early(url, n, p))
+                    after = wait_idle(url, ctx.check_cancel)
                     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
                     waste = delta.get("tokens_after_disconnect_total", 0)
                     busy = delta.get("engine_busy_seconds_total", 0)
@@ -129,19 +123,6 @@ class HttpCancellation(Lab):
                     yield Point(f"{mode}-busy", n, busy)
                     ctx.summary[f"{mode}_tokens_for_nobody_{n}"] = waste
                     ctx.summary[f"{mode}_engine_busy_s_{n}"] = round(busy, 4)
-
-    @staticmethod
-    def _idle(url: str, ctx: RunContext) -> dict[str, float]:
-        """Counters once nothing runs (the naive server finishes its orphans first)."""
-        deadline = time.monotonic() + 120
-        while True:
-            m = counters(url)
-            if m.get("running_requests") == 0 and m.get("in_flight_requests") == 0:
-                return m
-            if time.monotonic() > deadline:
-                raise RuntimeError("The engine server did not go idle within 120 s.")
-            ctx.check_cancel()
-            time.sleep(0.05)
 
 
 LAB = HttpCancellation()

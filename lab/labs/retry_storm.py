@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lab.engine.serve import spawn
+from lab.engine.serve import spawn, wait_idle
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
-from lab.labs.http_cancellation import HttpCancellation
 from lab.loadgen import LoadConfig, run
 
 POLICIES = ("none", "immediate", "backoff", "budget")
@@ -109,7 +108,9 @@ class RetryStorm(Lab):
             ctx.summary["arrival_rate"] = round(rate, 3)
             ctx.summary["timeout_s"] = round(timeout, 4)
             for x, policy in enumerate(POLICIES):
-                wait_idle(url, ctx)  # orphaned work from the last policy must not carry over
+                wait_idle(
+                    url, ctx.check_cancel
+                )  # orphaned work from the last policy must not carry over
                 config = LoadConfig(
                     **load,
                     timeout_s=timeout,
@@ -140,10 +141,6 @@ class RetryStorm(Lab):
                 yield Point("offered-bound", x, bound)
                 ratio = round(offered / useful, 3) if useful else None  # None: nothing useful
                 ctx.summary[f"{policy}_offered_over_useful"] = ratio
-
-
-def wait_idle(url: str, ctx: RunContext) -> None:
-    HttpCancellation._idle(url, ctx)
 
 
 LAB = RetryStorm()

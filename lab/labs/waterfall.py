@@ -17,12 +17,8 @@ from collections.abc import Iterator
 
 from lab.engine.serve import HOPS, spawn
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
+from lab.labs.latency_vs_load import rates
 from lab.loadgen import LoadConfig, run
-
-
-def rates(params: dict) -> list[float]:
-    top, n = params["max_rate"], params["levels"]
-    return [round(top * (i + 1) / n, 3) for i in range(n)]
 
 
 class Waterfall(Lab):

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from lab.engine.serve import HOPS, Detokenizer, StopChecker, spawn
+from lab.engine.serve import HOPS, Detokenizer, StopChecker, read_metrics, spawn
 from lab.labs.common import tokenizer
 
 pytestmark = pytest.mark.timeout(240)
@@ -28,10 +28,7 @@ def client(url):
     return openai.OpenAI(base_url=url, api_key="x", max_retries=0)
 
 
-def metrics(url: str) -> dict[str, float]:
-    text = httpx.get(url.removesuffix("/v1") + "/metrics").text
-    pairs = (line.split() for line in text.splitlines() if not line.startswith("#"))
-    return {name.removeprefix("mini_engine_"): float(value) for name, value in pairs}
+metrics = read_metrics
 
 
 def wait_for(url: str, predicate, timeout: float = 20) -> dict[str, float]:
