@@ -11,11 +11,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 from lab.engine.serve import spawn, wait_idle
 from lab.labs.http_cancellation import leave_early
 from lab.loadgen import LoadConfig, sweep
+from lab.loadgen.runner import run_blocking
 
 
 def abort_vs_not(clients: int, leave_after: int, max_tokens: int) -> None:
@@ -23,7 +23,7 @@ def abort_vs_not(clients: int, leave_after: int, max_tokens: int) -> None:
     params = {"max_tokens": max_tokens, "leave_after": leave_after}
     for label, args in (("abort on disconnect", ()), ("no abort", ("--no-abort-on-disconnect",))):
         with spawn(*args) as url:
-            asyncio.run(leave_early(url, clients, params))
+            run_blocking(leave_early(url, clients, params))
             rows[label] = wait_idle(url)
     print(f"\n{clients} streaming clients, each leaves after {leave_after} chunks "
           f"(max_tokens {max_tokens})\n")  # fmt: skip

@@ -20,6 +20,7 @@ import httpx
 
 from lab.engine.serve import read_metrics, spawn, wait_idle
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
+from lab.loadgen.runner import run_blocking
 
 MODES = {"abort": (), "naive": ("--no-abort-on-disconnect",)}
 
@@ -107,7 +108,7 @@ class HttpCancellation(Lab):
                     ctx.check_cancel()
                     before = read_metrics(url)
                     started = time.perf_counter()
-                    asyncio.run(leave_early(url, n, p))
+                    run_blocking(leave_early(url, n, p))
                     after = wait_idle(url, ctx.check_cancel)
                     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
                     waste = delta.get("tokens_after_disconnect_total", 0)

@@ -31,16 +31,17 @@ Seeded: the same seed gives the same prompts, lengths, arrival times and backoff
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import functools
 import math
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from tokenizers import Tokenizer
@@ -69,6 +70,8 @@ CORPUS_TOKENS = 100_000  # enough distinct windows; tokenizing it takes a fracti
 CORPUS_SEED = 0  # the corpus is fixed; the run's seed picks windows from it
 
 Progress = Callable[[RequestRecord], None]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -346,7 +349,19 @@ def run(config: LoadConfig, progress: Progress | None = None) -> dict[str, Any]:
     """Run one benchmark (blocking; see the module docstring). `progress` is called with each
     request's record as it finishes. Raises `client.LoadgenError` when the server cannot be
     reached or names no model."""
-    return asyncio.run(arun(config, progress))
+    return run_blocking(arun(config, progress))
+
+
+def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(coro)`, also from a thread whose event loop is already running (Playwright's
+    sync API leaves one running in pytest's main thread; Jupyter has one): then it runs in a
+    fresh thread with its own loop, and this thread blocks on it."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="loadgen") as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def sweep(

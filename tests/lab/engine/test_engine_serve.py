@@ -13,6 +13,7 @@ import pytest
 
 from lab.engine.serve import HOPS, Detokenizer, StopChecker, read_metrics, spawn
 from lab.labs.common import tokenizer
+from lab.loadgen.runner import run_blocking
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -255,7 +256,7 @@ def test_over_capacity_gets_429_not_a_pile_up():
                     *[c.post(f"{url}/completions", json=body) for _ in range(5)]
                 )
 
-        responses = asyncio.run(burst())
+        responses = run_blocking(burst())
         codes = sorted(r.status_code for r in responses)
         assert codes == [200, 200, 429, 429, 429]
         busy = next(r for r in responses if r.status_code == 429)
