@@ -76,6 +76,17 @@ document.addEventListener("DOMContentLoaded", () => {
     }
     return null;
   };
+  // Table rows are built as DOM nodes with textContent: nothing from the server is parsed
+  // as HTML here.
+  const row = (cells, head) => {
+    const tr = document.createElement("tr");
+    cells.forEach((text, k) => {
+      const cell = document.createElement(head && k === 0 ? "th" : "td");
+      cell.textContent = text;
+      tr.appendChild(cell);
+    });
+    return tr;
+  };
   const tbody = document.querySelector("#mvp-table tbody");
   const renderTable = () => {
     const rows = [];
@@ -85,10 +96,16 @@ document.addEventListener("DOMContentLoaded", () => {
         const pred = predictedAt(p);
         if (pred === null) continue;
         const ratio = pred !== 0 ? fmt(p.y / pred) : (p.y === 0 ? "1" : "—");
-        rows.push(`<tr><td>${s.label}</td><td>${fmt(p.x)}</td><td>${fmt(p.y)}</td><td>${fmt(pred)}</td><td>${ratio}</td></tr>`);
+        rows.push(row([s.label, fmt(p.x), fmt(p.y), fmt(pred), ratio]));
       }
     }
-    tbody.innerHTML = rows.join("") || '<tr><td colspan="5" class="empty">No measured point with a prediction yet.</td></tr>';
+    if (!rows.length) {
+      const empty = row(["No measured point with a prediction yet."]);
+      empty.firstChild.colSpan = 5;
+      empty.firstChild.className = "empty";
+      rows.push(empty);
+    }
+    tbody.replaceChildren(...rows);
   };
 
   const showStatus = (s) => {
@@ -103,8 +120,8 @@ document.addEventListener("DOMContentLoaded", () => {
     const done = ["done", "failed", "cancelled"].includes(s.status);
     document.getElementById("cancel-run").hidden = done;
     if (done && s.summary && Object.keys(s.summary).length) {
-      document.querySelector("#summary-table tbody").innerHTML = Object.entries(s.summary)
-        .map(([k, v]) => `<tr><th>${k}</th><td>${fmt(v)}</td></tr>`).join("");
+      document.querySelector("#summary-table tbody").replaceChildren(
+        ...Object.entries(s.summary).map(([k, v]) => row([k, fmt(v)], true)));
     }
   };
 
