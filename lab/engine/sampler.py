@@ -13,12 +13,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS
+
 
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request picks tokens and when it stops.
 
-    temperature: 0 means greedy (argmax); otherwise logits are divided by it.
+    temperature: 0 (or below 1e-5) means greedy (argmax); otherwise logits are divided by it.
     top_k: keep the k most likely tokens (0 = all). top_p: keep the smallest set of tokens
     whose probability reaches p (1.0 = all). seed: per-request RNG seed (None = random).
     max_tokens: generated tokens at most. stop_token_ids: extra ids that end the request.
@@ -50,8 +52,9 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        """True when the next token is the argmax (temperature 0)."""
-        return self.temperature == 0
+        """True when the next token is the argmax: temperature 0, or below GREEDY_BELOW (as
+        vLLM): dividing logits by a subnormal temperature overflows to inf and NaN."""
+        return self.temperature < GREEDY_BELOW
 
 
 def make_generator(params: SamplingParams, device: str | torch.device) -> torch.Generator | None:

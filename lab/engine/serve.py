@@ -509,7 +509,10 @@ def build_app(served: Served) -> Starlette:
                 type_="authentication_error",
                 code="invalid_api_key",
             )
-        if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
+        length = request.headers.get("content-length") or "0"
+        if not length.isdigit():  # a proxy or a hand-made request; uvicorn refuses these
+            raise APIError(400, "The Content-Length header is not a number.")
+        if int(length) > MAX_BODY_BYTES:
             raise APIError(413, f"Request body over {MAX_BODY_BYTES} bytes.")
         body = await request.body()
         if len(body) > MAX_BODY_BYTES:
@@ -518,6 +521,8 @@ def build_app(served: Served) -> Starlette:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             raise APIError(400, "The body is not valid JSON.") from None
+        except RecursionError:  # e.g. 5,000 nested brackets
+            raise APIError(400, "The body's JSON is nested too deeply.") from None
         if not isinstance(data, dict):
             raise APIError(400, "The body must be a JSON object.")
         try:
@@ -538,6 +543,15 @@ def build_app(served: Served) -> Starlette:
 
         limit = engine.config.max_model_len
         max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens
+        if prompt_len >= limit:  # no room for even one token (the default would be <= 0)
+            where = "messages" if isinstance(req, ChatRequest) else "prompt"
+            raise APIError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"is {prompt_len} tokens, which leaves no room for a completion. Please reduce "
+                "the prompt.",
+                param=where,
+            )
         if max_tokens is None:
             max_tokens = (
                 min(16, limit - prompt_len)
