@@ -258,7 +258,14 @@ def _finish(run_id: int, status: str, error: str, summary: dict[str, Any]) -> st
 
 
 def can_view(user, run: LabRun) -> bool:
-    return user.is_authenticated and (run.owner_id == user.pk or user.is_staff)
+    """The owner, or an operator holding lab.view_labrun (superusers do). Not every staff
+    user: authors are staff (for the admin) and must not read learners' runs."""
+    return user.is_authenticated and (run.owner_id == user.pk or user.has_perm("lab.view_labrun"))
+
+
+def can_cancel(user, run: LabRun) -> bool:
+    """The owner, or an operator holding lab.change_labrun."""
+    return user.is_authenticated and (run.owner_id == user.pk or user.has_perm("lab.change_labrun"))
 
 
 def cancel_run(run: LabRun) -> LabRun:

@@ -9,8 +9,8 @@ import logging
 import redis
 from asgiref.sync import sync_to_async
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import PermissionDenied
 from django.http import (
     Http404,
     HttpRequest,
@@ -20,12 +20,14 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from lab import services, streams
 from lab.labs import LABS, LabParamError, get_lab
 from lab.models import LabPoint, LabRun
 from questions.models import Question, Topic
+from trainer import ratelimits
 
 log = logging.getLogger(__name__)
 TAIL_BLOCK_MS = 2000  # XREAD block; the DB is re-checked (status, stale worker) this often
@@ -65,24 +67,34 @@ def lab_form(request: HttpRequest, slug: str) -> HttpResponse:
     values = {p.name: p.default for p in lab.params}
     errors: dict[str, str] = {}
     refusal = ""
+    status = 200
+    limited = None
     if request.method == "POST":
         values = {p.name: request.POST.get(p.name, "") for p in lab.params}
         if any(p.kind == "bool" for p in lab.params):  # unchecked boxes are absent
             values.update({p.name: p.name in request.POST for p in lab.params if p.kind == "bool"})
-        try:
-            run = services.start_run(request.user, slug, values, gpu="gpu" in request.POST)
-        except LabParamError as exc:
-            errors = exc.errors
-        except services.RunRefused as exc:
-            refusal = str(exc)
+        # Runs started per learner (a form sent back to fix does not count).
+        limited = ratelimits.full(request, "lab-run", ratelimits.user_id)
+        if limited:  # the form comes back with the values typed and when to try again
+            refusal, status = ratelimits.lab_message(limited), 429
         else:
-            return redirect("lab_run", run_id=run.pk)
+            try:
+                run = services.start_run(request.user, slug, values, gpu="gpu" in request.POST)
+            except LabParamError as exc:
+                errors = exc.errors
+                status = 400
+            except services.RunRefused as exc:  # QueueUnavailable: the broker is down (503)
+                refusal = str(exc)
+                status = 503 if isinstance(exc, services.QueueUnavailable) else 400
+            else:
+                ratelimits.hit(request, "lab-run", ratelimits.user_id)
+                return redirect("lab_run", run_id=run.pk)
     fields = [
         {"param": p, "value": values.get(p.name, p.default), "error": errors.get(p.name, "")}
         for p in lab.params
     ]
     general = {k: v for k, v in errors.items() if k not in {p.name for p in lab.params}}
-    return render(
+    response = render(
         request,
         "lab/form.html",
         {
@@ -91,10 +103,11 @@ def lab_form(request: HttpRequest, slug: str) -> HttpResponse:
             "general_errors": general,
             "refusal": refusal,
             "questions": _questions_by_lab()[slug],
-            "status": 400 if errors or refusal else 200,
+            "status": status,
         },
-        status=400 if errors or refusal else 200,
+        status=status,
     )
+    return ratelimits.with_retry_after(response, limited) if limited else response
 
 
 def _own_run(request: HttpRequest, run_id: int) -> LabRun:
@@ -137,13 +150,20 @@ def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _own_run(request, run_id)
+    if not services.can_cancel(request.user, run):
+        raise PermissionDenied("Only the run's owner or a lab operator can cancel it.")
     run = services.cancel_run(run)
     if request.headers.get("HX-Request") or request.headers.get("Accept") == "application/json":
         return HttpResponse(
             json.dumps(services.status_payload(run)), content_type="application/json"
         )
     messages.info(request, f"Run #{run.pk}: cancel requested ({run.get_status_display()}).")
-    return redirect(request.POST.get("next") or reverse("lab_run", args=[run.pk]))
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        back = reverse("lab_run", args=[run.pk])  # never an open redirect to another site
+    return redirect(back)
 
 
 @login_required
@@ -153,7 +173,8 @@ def my_runs(request: HttpRequest) -> HttpResponse:
     return render(request, "lab/my_runs.html", {"runs": runs, "labs": LABS})
 
 
-@staff_member_required
+@login_required
+@permission_required("lab.view_labrun", raise_exception=True)  # operators, not authors
 def queue_view(request: HttpRequest) -> HttpResponse:
     services.reap_stale_runs()
     runs = (
@@ -246,7 +267,10 @@ async def _stream(run_id: int, last: int):
                                 last = p["seq"]
                                 yield _sse("point", p, last)
                     last = data["seq"]
-                    yield _sse("point", data, last)
+                    written = streams.written_ms(fields)
+                    yield _sse(
+                        "point", data if written is None else {**data, "written_ms": written}, last
+                    )
                 else:
                     yield _sse("status", data)
             if entries:

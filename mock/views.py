@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -17,6 +19,7 @@ from mock.models import MockInterview, MockInvite, MockItem
 from questions.markdown import render_markdown
 from questions.models import Loop, Question
 from questions.problems import render_text, solve
+from trainer import ratelimits
 from trainer import services as practice
 
 
@@ -30,6 +33,24 @@ def _own_mock(request: HttpRequest, mock_id: int) -> MockInterview:
 def _item(mock: MockInterview, order: int) -> MockItem:
     return get_object_or_404(
         MockItem.objects.select_related("question", "attempt", "mock"), mock=mock, order=order
+    )
+
+
+def _answer_limited(request: HttpRequest, item: MockItem, slot: str) -> HttpResponse | None:
+    """The per-learner answer limit (shared with practice). A refused answer is saved as the
+    box's draft first, and the 429 page shows it too: nothing typed is lost."""
+    limited = ratelimits.hit(request, "answer", ratelimits.user_id)
+    if not limited:
+        return None
+    steps = {k.removeprefix("step:"): v for k, v in request.POST.items() if k.startswith("step:")}
+    text = request.POST.get("answer", "")
+    # A question that closed meanwhile keeps no draft; the page below still shows the text.
+    with contextlib.suppress(services.MockError, ValueError):
+        services.draft_save(item=item, slot=slot, text=text, steps=steps)
+    kept = "\n".join(f"{k}: {v}" for k, v in steps.items()) if slot == "steps" else text
+    back = reverse("mock_run", args=[item.mock_id])
+    return ratelimits.too_many(
+        request, limited, ratelimits.answer_message(limited), kept=kept, back=back
     )
 
 
@@ -180,6 +201,8 @@ def draft(request: HttpRequest, mock_id: int, order: int) -> HttpResponse:
 @require_POST
 def answer(request: HttpRequest, mock_id: int, order: int) -> HttpResponse:
     item = _item(_own_mock(request, mock_id), order)
+    if limited := _answer_limited(request, item, "main"):
+        return limited
     try:
         services.answer_submit(item=item, text=request.POST.get("answer", ""))
     except services.MockError as exc:
@@ -191,6 +214,8 @@ def answer(request: HttpRequest, mock_id: int, order: int) -> HttpResponse:
 @require_POST
 def steps(request: HttpRequest, mock_id: int, order: int) -> HttpResponse:
     item = _item(_own_mock(request, mock_id), order)
+    if limited := _answer_limited(request, item, "steps"):
+        return limited
     raws = {k.removeprefix("step:"): v for k, v in request.POST.items() if k.startswith("step:")}
     try:
         errors = services.steps_submit(item=item, raws=raws)
@@ -206,6 +231,8 @@ def steps(request: HttpRequest, mock_id: int, order: int) -> HttpResponse:
 @require_POST
 def follow_up(request: HttpRequest, mock_id: int, order: int, index: int) -> HttpResponse:
     item = _item(_own_mock(request, mock_id), order)
+    if limited := _answer_limited(request, item, f"fu-{index}"):
+        return limited
     try:
         services.follow_up_submit(item=item, index=index, text=request.POST.get("answer", ""))
     except services.MockError as exc:

@@ -36,6 +36,15 @@ def browser_type_launch_args(browser_type_launch_args):
     }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits():
+    """Rate-limit counters live in Redis and outlive a test's rolled-back database (whose
+    user ids are reused): every test starts with none."""
+    from django.core.cache import caches
+
+    caches["ratelimit"].clear()
+
+
 @pytest.fixture(scope="session")
 def redis_url():
     """A real Redis: the one at REDIS_URL, else an embedded server on settings' socket."""

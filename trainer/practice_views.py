@@ -15,7 +15,7 @@ from questions.expressions import UREG, format_quantity, parse_unit
 from questions.markdown import render_markdown
 from questions.models import Question
 from questions.problems import render_text, solve
-from trainer import scenario_views, services
+from trainer import ratelimits, scenario_views, services
 from trainer.grading.arithmetic import AnswerError
 from trainer.models import Attempt, StepAnswer
 from trainer.selectors import own_attempt
@@ -119,6 +119,11 @@ def _step_response(request, attempt: Attempt, step_name: str, error: str = "", r
 def step_submit(request: HttpRequest, attempt_id: int, step_name: str) -> HttpResponse:
     attempt = own_attempt(request, attempt_id)
     raw = request.POST.get("answer", "")
+    limited = ratelimits.hit(request, "answer", ratelimits.user_id)
+    if limited:  # the step comes back with what was typed still in its box
+        message = ratelimits.answer_message(limited)
+        response = _step_response(request, attempt, step_name, error=message, raw=raw)
+        return ratelimits.with_retry_after(response, limited)
     try:
         services.step_answer_submit(attempt=attempt, step_name=step_name, raw=raw)
     except AnswerError as exc:

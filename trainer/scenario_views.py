@@ -12,7 +12,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
-from trainer import services
+from trainer import ratelimits, services
 from trainer.models import Attempt, ReviewCard
 from trainer.selectors import own_attempt
 
@@ -101,6 +101,12 @@ def draft_autosave(request: HttpRequest, attempt_id: int) -> HttpResponse:
 def answer_submit(request: HttpRequest, attempt_id: int) -> HttpResponse:
     attempt = own_attempt(request, attempt_id)
     answer = request.POST.get("answer", "")
+    limited = ratelimits.hit(request, "answer", ratelimits.user_id)
+    if limited:  # keep the text as the draft, show the page with it and the reason
+        services.draft_save(attempt=attempt, text=answer)
+        context = scenario_context(attempt) | {"error": ratelimits.answer_message(limited)}
+        response = render(request, "trainer/scenario.html", context)
+        return ratelimits.with_retry_after(response, limited)
     if not answer.strip():
         services.draft_save(attempt=attempt, text=answer)
         context = scenario_context(attempt) | {"error": "Write an answer before submitting."}

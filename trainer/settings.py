@@ -2,12 +2,14 @@
 
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL, REDIS_URL, CSRF_TRUSTED_ORIGINS,
 SECURE_SSL_REDIRECT, LAB_MAX_SECONDS, LAB_MAX_ACTIVE_RUNS, LAB_STALE_SECONDS, MOCK_TIME_SCALE,
-MOCK_DEADLINE_GRACE_S, MOCK_INVITE_HOURS, MOCK_LATE_CREDIT. See .env.example.
+MOCK_DEADLINE_GRACE_S, MOCK_INVITE_HOURS, MOCK_LATE_CREDIT, RATELIMIT_* (rate limits). See
+.env.example.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -61,6 +63,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    "django_ratelimit",
     "csp",
     "trainer",
     "lab",
@@ -167,6 +170,9 @@ LAB_MAX_SECONDS = int(os.environ.get("LAB_MAX_SECONDS", "900"))
 LAB_MAX_ACTIVE_RUNS = int(os.environ.get("LAB_MAX_ACTIVE_RUNS", "2"))
 # A running lab run whose worker has not heart-beaten for this long is marked failed.
 LAB_STALE_SECONDS = int(os.environ.get("LAB_STALE_SECONDS", "60"))
+# Workers send again queued runs whose broker message is gone (Redis restarted empty) on
+# every reconnection and this often (0: only on reconnection).
+LAB_REQUEUE_EVERY_S = float(os.environ.get("LAB_REQUEUE_EVERY_S", "60"))
 # Mock interviews: per-question minutes × this (tests use a small scale to time out in
 # seconds); seconds a late-arriving answer is still on time (network); invite lifetime;
 # share of a late answer's score that counts.
@@ -176,6 +182,50 @@ MOCK_INVITE_HOURS = float(os.environ.get("MOCK_INVITE_HOURS", "24"))
 MOCK_LATE_CREDIT = float(os.environ.get("MOCK_LATE_CREDIT", "0.5"))
 # Share of a step's credit each revealed hint costs (arithmetic practice).
 ARITHMETIC_HINT_PENALTY = float(os.environ.get("ARITHMETIC_HINT_PENALTY", "0.10"))
+
+# --- Rate limits (django-ratelimit; trainer/ratelimits.py, docs/OPERATIONS.md) -------------
+# Counters in Redis, shared by every uvicorn worker, failing open when Redis is down (why
+# not DatabaseCache: trainer/cache.py). Each RATELIMIT_* is "count/period" (s, m, h, d;
+# e.g. 10/m, 100/h, 5/30s) or "off".
+_RATE_RE = r"^\d+/\d*[smhd]$"
+RATELIMIT_DEFAULTS = {
+    "login-user": ("RATELIMIT_LOGIN_USER", "10/m"),  # login POSTs per username
+    "login-ip": ("RATELIMIT_LOGIN_IP", "60/m"),  # login POSTs per client address (NAT: a class)
+    "signup-ip": ("RATELIMIT_SIGNUP_IP", "60/h"),  # accounts created per client address
+    "answer": ("RATELIMIT_ANSWER", "60/m"),  # answers per learner (submit, step, mock)
+    "lab-run": ("RATELIMIT_LAB_RUN", "10/h"),  # lab runs started per learner
+}
+
+
+def ratelimit_rate(name: str, default: str) -> str | None:
+    raw = os.environ.get(name, default).strip().lower()
+    if raw in {"", "0", "off", "none", "no", "false"}:
+        return None
+    if not re.match(_RATE_RE, raw):
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} is not a rate: use count/period with period s, m, h or d "
+            "(e.g. 10/m, 100/h, 5/30s), or off."
+        )
+    return raw
+
+
+RATELIMITS = {g: ratelimit_rate(var, d) for g, (var, d) in RATELIMIT_DEFAULTS.items()}
+RATELIMIT_USE_CACHE = "ratelimit"
+RATELIMIT_FAIL_OPEN = True
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "ratelimit": {
+        "BACKEND": "trainer.cache.FailOpenRedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "ratelimit",
+        # A dead Redis must cost milliseconds, not the default (no) timeout.
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+    },
+}
+# django-ratelimit warns W001 for any backend outside its list (memcached, django-redis);
+# its list predates Django's own Redis backend, whose INCR is atomic (E003, the check that
+# matters, does not fire).
+SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"]
 
 CELERY_BROKER_URL = celery_url(REDIS_URL)
 CELERY_RESULT_BACKEND = celery_url(REDIS_URL)
@@ -203,6 +253,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # --- Production hardening (all of `check --deploy`) --------------------------------------
 if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    # Health probes (container healthcheck, load balancer) speak plain HTTP to the process.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
     SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)

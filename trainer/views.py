@@ -2,16 +2,18 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET
 
 from questions.models import Question, Topic
-from trainer import progress
+from trainer import progress, ratelimits
 from trainer.health import health_report
 from trainer.reviews import due_cards
 
@@ -40,12 +42,44 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "home.html", context)
 
 
+_login = auth_views.LoginView.as_view()
+
+
+@sensitive_post_parameters()
+@never_cache
+def login_view(request: HttpRequest) -> HttpResponse:
+    """Django's LoginView behind two limits: per client address and per username. A limited
+    attempt is refused before the password is checked."""
+    if request.method == "POST":
+        by_ip = ratelimits.hit(request, "login-ip", ratelimits.client_ip)
+        by_user = ratelimits.hit(request, "login-user", ratelimits.posted_username)
+        limited = by_user or by_ip
+        if limited:
+            form = AuthenticationForm(request, initial={"username": request.POST.get("username")})
+            context = {
+                "form": form,
+                "next": request.POST.get("next", ""),
+                "rate_limited": ratelimits.login_message(limited),
+            }
+            response = render(request, "registration/login.html", context)
+            return ratelimits.with_retry_after(response, limited)
+    return _login(request)
+
+
 def signup(request: HttpRequest) -> HttpResponse:
     if request.user.is_authenticated:
         return redirect("home")
+    if request.method == "POST":  # counts accounts created, not forms sent back to fix
+        limited = ratelimits.full(request, "signup-ip", ratelimits.client_ip)
+        if limited:
+            form = UserCreationForm(initial={"username": request.POST.get("username")})
+            context = {"form": form, "rate_limited": ratelimits.signup_message(limited)}
+            response = render(request, "registration/signup.html", context)
+            return ratelimits.with_retry_after(response, limited)
     form = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         user = form.save()
+        ratelimits.hit(request, "signup-ip", ratelimits.client_ip)
         login(request, user)
         return redirect("home")
     return render(request, "registration/signup.html", {"form": form})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management import call_command
 
 from lab.labs import LABS
@@ -100,12 +101,18 @@ def test_run_pages_are_private_and_the_queue_is_staff_only(client, learner):
     page = client.get(f"/lab/runs/{run.pk}/").content.decode()
     assert "RuntimeError: boom" in page and '"points": [{"seq": 0' in page
     assert f"/lab/runs/{run.pk}/" in client.get("/lab/runs/").content.decode()
-    assert client.get("/lab/queue/").status_code == 302  # staff only
+    assert client.get("/lab/queue/").status_code == 403  # lab operators only
     other = get_user_model().objects.create_user("eve", password="x")
     client.force_login(other)
     assert client.get(f"/lab/runs/{run.pk}/").status_code == 404
     assert client.post(f"/lab/runs/{run.pk}/cancel").status_code == 404
+    # Staff alone (an author, for the admin) is not a lab operator.
+    author = get_user_model().objects.create_user("writer", password="x", is_staff=True)
+    client.force_login(author)
+    assert client.get(f"/lab/runs/{run.pk}/").status_code == 404
+    assert client.get("/lab/queue/").status_code == 403
     staff = get_user_model().objects.create_user("ops", password="x", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_labrun"))
     client.force_login(staff)
     assert client.get(f"/lab/runs/{run.pk}/").status_code == 200
     assert "Queued and running" in client.get("/lab/queue/").content.decode()
