@@ -3,6 +3,7 @@ stream), cancel, and reap runs whose worker died. Views and tasks call only thes
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import kombu.exceptions
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -33,6 +35,17 @@ HEARTBEAT_S = 2.0
 
 class RunRefused(Exception):  # a user-facing refusal, not a bug
     """The run cannot start; the message says why and what to do."""
+
+
+class QueueUnavailable(RunRefused):
+    """The broker (Redis) did not take the run's message; the run was not recorded."""
+
+
+QUEUE_UNAVAILABLE = (
+    "The lab queue is unavailable right now (the broker, Redis, does not answer), so the "
+    "run was not started and nothing was recorded. Your parameters are still in the form: "
+    "try again in a minute. Practice questions and mock interviews keep working meanwhile."
+)
 
 
 # ---------------------------------------------------------------- payloads (DB == stream)
@@ -120,9 +133,21 @@ def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) ->
         run = LabRun.objects.create(
             owner=user, lab=lab.slug, params=params, queue=queue, task_id=str(uuid.uuid4())
         )
-        transaction.on_commit(lambda: _enqueue(run, lab.time_limit_s))
+        # Raised from the commit when the broker refuses the message: the run is withdrawn
+        # (deleted) and the caller gets QueueUnavailable, so no `queued` run waits for a
+        # message that does not exist.
+        transaction.on_commit(lambda: _enqueue_or_withdraw(run, lab.time_limit_s))
     _clear_stream(run.pk)
     return run
+
+
+def _enqueue_or_withdraw(run: LabRun, time_limit_s: int) -> None:
+    try:
+        _enqueue(run, time_limit_s)
+    except (kombu.exceptions.OperationalError, redis.RedisError, OSError) as exc:
+        log.warning("lab run %s: the broker refused it (%s); run withdrawn", run.pk, exc)
+        LabRun.objects.filter(pk=run.pk, status=LabRun.Status.QUEUED).delete()
+        raise QueueUnavailable(QUEUE_UNAVAILABLE) from exc
 
 
 def _enqueue(run: LabRun, time_limit_s: int) -> None:
@@ -311,6 +336,68 @@ def reap_stale_runs() -> int:
             _publish(run.pk, "status", status_payload(run))
             reaped += 1
     return reaped
+
+
+# ---------------------------------------------------------------- lost messages
+
+REQUEUE_GRACE_S = 5.0  # a run this young may still be between its commit and its publish
+
+
+def _message_task_id(raw: bytes | str | dict) -> str | None:
+    message = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
+    headers = message.get("headers") or {}
+    return headers.get("id") or (message.get("properties") or {}).get("correlation_id")
+
+
+def task_ids_in_broker(queues: set[str]) -> set[str] | None:
+    """Task ids of every message the broker still holds for `queues`: waiting in a queue, or
+    delivered to a worker and not yet acknowledged (kombu's Redis transport keeps those in
+    its `unacked` hash until the ack). None when the broker is not Redis (unknown)."""
+    from trainer.celery import app
+
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        if not hasattr(channel, "unacked_key"):
+            return None
+        client = channel.client
+        ids: set[str | None] = set()
+        for queue in queues:
+            for priority in channel.priority_steps:
+                for raw in client.lrange(channel._q_for_pri(queue, priority), 0, -1):
+                    ids.add(_message_task_id(raw))
+        for raw in client.hvals(channel.unacked_key):
+            ids.add(_message_task_id(json.loads(raw)[0]))  # [message, exchange, routing key]
+    ids.discard(None)
+    return ids
+
+
+def requeue_lost_runs(grace_s: float = REQUEUE_GRACE_S) -> list[int]:
+    """Send again the queued runs whose message the broker no longer holds (Redis restarted
+    without persistence, or was flushed): the DB is the source of truth. Same task id, so a
+    message that was not lost after all only makes a duplicate that execute_run ignores
+    (the run is no longer queued when it arrives). Returns the ids of the runs sent again.
+
+    Called by the workers on every (re)connection to the broker and periodically
+    (trainer.celery.RequeueLostLabRuns)."""
+    cutoff = timezone.now() - timedelta(seconds=grace_s)
+    queued = list(LabRun.objects.filter(status=LabRun.Status.QUEUED, created__lt=cutoff))
+    if not queued:
+        return []
+    present = task_ids_in_broker({run.queue for run in queued})
+    if present is None:
+        return []
+    sent = []
+    for run in queued:
+        if run.task_id in present:
+            continue
+        try:
+            lab = get_lab(run.lab)
+        except KeyError:
+            continue
+        log.warning("lab run %s: its message was lost by the broker; queued again", run.pk)
+        _enqueue(run, lab.time_limit_s)
+        sent.append(run.pk)
+    return sent
 
 
 # ---------------------------------------------------------------- workers
