@@ -68,7 +68,7 @@ def test_every_page_response_carries_the_policy(client, admin_client):
     assert response.status_code == 200
     assert policy(response.headers["Content-Security-Policy"]) == EXPECTED
     # No template the site renders carries inline script any more.
-    for url in urls + [f"/admin/questions/question/{question.pk}/change/"]:
+    for url in [*urls, f"/admin/questions/question/{question.pk}/change/"]:
         body = admin_client.get(url).content.decode()
         assert " onclick=" not in body and "javascript:" not in body, url
 
