@@ -1,24 +1,46 @@
-"""Web load: simulated learners against a running server (`make run`).
+"""Web load: simulated learners and live lab runs against a running server (`make run`).
 
-    python -m bench.web [--base-url http://127.0.0.1:8000] [--users 50] [--seconds 60]
+    python -m bench.web [--base-url http://127.0.0.1:8000] [--users 50] [--seconds 300]
+                        [--lab SLUG:param=value,...]... [--no-lab]
+
+Start the server for it with two lab runs at once and the per-address rate limits off (every
+simulated learner comes from 127.0.0.1; docs/OPERATIONS.md "Rate limits"):
+
+    RATELIMIT_SIGNUP_IP=off RATELIMIT_LOGIN_IP=off RATELIMIT_LAB_RUN=off \
+        python -m manage run_all --concurrency 2
 
 Each learner signs up (its own account), then loops until time is up: home page, a topic
 page, a question (the practice redirect and the attempt page), an autosave of a draft, and
 a submitted answer (scenario: rubric-graded; arithmetic: one step checked), sometimes the
-progress page, with a think time between actions (default 2-5 s; people reading a question take far longer).
-Latency per page kind is client-measured (request sent -> full response read).
+progress page, sometimes a mock interview step (start a loop once, then its timed question
+page and an autosave), with a think time between actions (default 2-5 s; people reading a
+question take far longer). Latency per page kind is client-measured (request sent -> full
+response read); a response with an unexpected status is an error.
+
+Meanwhile each `--lab` (default two) is a learner in a real headless Chromium: it starts
+the lab through the lab form, keeps the live run page open until the run ends, and starts
+it again until the window closes (a run still going then is cancelled). For every point it
+drew, the page records (static/js/lab_run.js, `window.__labDrawn`) when the SSE message
+arrived and when Plotly had drawn it; the worker's write time comes with the point (the
+Redis stream entry's `t`, lab/streams.py). Same machine, same wall clock: the bench reports
+point written -> SSE received and point written -> drawn. Points replayed from the DB when
+the page opens carry no write time and are left out.
+
+The command exits with status 1 if any request or lab run failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import re
 import statistics
 import time
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -30,6 +52,27 @@ ANSWER = (
 SLUG_RE = re.compile(r'href="/practice/([a-z0-9.-]+)/"')
 TOPIC_RE = re.compile(r'href="/topics/([a-z0-9.-]+)/"')
 STEP_RE = re.compile(r'hx-post="(/attempts/\d+/steps/[^/"]+/)"')
+LOOP_RE = re.compile(r'href="/mock/loops/([a-z0-9.-]+)/"')
+MOCK_DRAFT_RE = re.compile(r'hx-post="(/mock/\d+/items/\d+/draft/)"')
+MOCK_STEP_RE = re.compile(r'name="(step:[^"]+)"')
+# Two lab runs with a steady stream of points: ~1,000 points in ~40 s and ~200 points in
+# ~75 s on one quiet core (longer under load); each is started again when it ends.
+DEFAULT_LABS = ("kv-vs-no-cache:new_tokens=496,every=2", "batching:requests=256")
+KEEPALIVE_S = 3.0
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [  # as tests/conftest.py
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+RATE_LIMIT_HINT = (
+    "HTTP 429: the server's rate limits tripped (all simulated learners share one address). "
+    "Start it with RATELIMIT_SIGNUP_IP=off RATELIMIT_LOGIN_IP=off RATELIMIT_LAB_RUN=off."
+)
 
 
 class Recorder:
@@ -38,20 +81,70 @@ class Recorder:
         self.errors: dict[str, int] = defaultdict(int)
         self.samples: dict[str, str] = {}
 
-    async def call(self, client: httpx.AsyncClient, label: str, method: str, url: str, **kw):
+    def error(self, label: str, sample: str) -> None:
+        self.errors[label] += 1
+        self.samples.setdefault(label, sample)
+
+    async def call(
+        self,
+        client: httpx.AsyncClient,
+        label: str,
+        method: str,
+        url: str,
+        expect: tuple[int, ...] | None = None,
+        **kw,
+    ):
+        """One request; an exception, a 4xx/5xx or a status not in `expect` is an error."""
         started = time.perf_counter()
         try:
             response = await client.request(method, url, **kw)
             await response.aread()
         except httpx.HTTPError as exc:
-            self.errors[label] += 1
-            self.samples.setdefault(label, repr(exc))
+            self.error(label, f"{method} {url}: {exc!r}")
             return None
         self.latency[label].append((time.perf_counter() - started) * 1000)
-        if response.status_code >= 400:
-            self.errors[label] += 1
-            self.samples.setdefault(label, f"HTTP {response.status_code}")
+        status = response.status_code
+        if status >= 400 or (expect is not None and status not in expect):
+            body = " ".join(response.text.split())[:200]
+            hint = f" ({RATE_LIMIT_HINT})" if status == 429 else ""
+            self.error(label, f"{method} {url} -> HTTP {status}{hint}: {body}")
         return response
+
+
+@dataclass
+class LabRunRecord:
+    user: int
+    lab: str
+    run_id: int
+    status: str = ""
+    worker: str = ""
+    live_points: int = 0
+    first_point_s: float | None = None  # submit clicked -> first live point drawn
+    cut: bool = False  # still going when the window closed (then cancelled)
+
+
+@dataclass
+class LabResult:
+    runs: list[LabRunRecord] = field(default_factory=list)
+    to_received: list[float] = field(default_factory=list)  # ms, point written -> SSE message
+    to_drawn: list[float] = field(default_factory=list)  # ms, point written -> drawn
+    no_write_time: int = 0  # points drawn that carried no write time (DB replay)
+    rec: Recorder = field(default_factory=Recorder)  # browser-side errors and timings
+
+
+@dataclass
+class Result:
+    setup: Recorder
+    rec: Recorder
+    lab: LabResult
+    seconds: float
+    cpus: int
+    load_before: float
+    load_after: float
+
+    @property
+    def error_count(self) -> int:
+        return sum(sum(r.errors.values()) for r in (self.setup, self.rec, self.lab.rec))
 
 
 def csrf(client: httpx.AsyncClient) -> dict[str, str]:
@@ -67,6 +160,7 @@ async def sign_up(client: httpx.AsyncClient, rec: Recorder, delay: float) -> tup
         "sign up (PBKDF2 hash)",
         "POST",
         "/accounts/signup/",
+        expect=(302,),
         data={"username": name, "password1": password, "password2": password},
         headers=csrf(client),
     )
@@ -74,7 +168,49 @@ async def sign_up(client: httpx.AsyncClient, rec: Recorder, delay: float) -> tup
     return name, password
 
 
-async def learner(client, credentials, deadline, rec, think, delay) -> None:
+async def mock_step(client, rec: Recorder, mock_url: str | None, think) -> str | None:
+    """Start a mock interview (once), open its timed question page and autosave an answer.
+    Returns the mock's URL, or None when there is none (the loop ended: start another)."""
+    if mock_url is None:
+        home = await rec.call(client, "mock home", "GET", "/mock/")
+        loops = LOOP_RE.findall(home.text) if home is not None else []
+        if not loops:
+            return None
+        start = await rec.call(
+            client,
+            "mock start",
+            "POST",
+            f"/mock/loops/{random.choice(loops)}/start/",
+            expect=(302,),
+            headers=csrf(client),
+        )
+        if start is None or "location" not in start.headers:
+            return None
+        mock_url = start.headers["location"]
+    page = await rec.call(client, "mock question page", "GET", mock_url, expect=(200, 302))
+    if page is None or page.status_code != 200:
+        return None  # the loop is over (scorecard) or the page failed
+    draft = MOCK_DRAFT_RE.search(page.text)
+    if draft is None:
+        return mock_url  # this question is answered already
+    await asyncio.sleep(random.uniform(*think))
+    if 'data-slot="main"' in page.text:
+        data = {"slot": "main", "answer": ANSWER[:160]}
+    else:
+        data = {"slot": "steps"} | {name: "320 KiB" for name in MOCK_STEP_RE.findall(page.text)}
+    await rec.call(
+        client,
+        "mock autosave",
+        "POST",
+        draft.group(1),
+        expect=(200,),
+        data=data,
+        headers=csrf(client) | {"HX-Request": "true"},
+    )
+    return mock_url
+
+
+async def learner(client, credentials, deadline, rec, think, delay, mock_share) -> None:
     await asyncio.sleep(delay)  # ramp-up: learners arrive over the first seconds
     await rec.call(client, "login page", "GET", "/accounts/login/")
     name, password = credentials
@@ -83,25 +219,34 @@ async def learner(client, credentials, deadline, rec, think, delay) -> None:
         "log in (PBKDF2 check)",
         "POST",
         "/accounts/login/",
+        expect=(302,),
         data={"username": name, "password": password},
         headers=csrf(client),
     )
-    home = await rec.call(client, "home", "GET", "/")
+    home = await rec.call(client, "home", "GET", "/", expect=(200,))
     topics = TOPIC_RE.findall(home.text) if home is not None else []
+    if home is not None and not topics:
+        rec.error("home", "GET / listed no topic: is the bank loaded (load_bank)?")
+    mock_url: str | None = None
     while time.monotonic() < deadline and topics:
         await asyncio.sleep(random.uniform(*think))
-        topic = await rec.call(client, "topic page", "GET", f"/topics/{random.choice(topics)}/")
+        if random.random() < mock_share:
+            mock_url = await mock_step(client, rec, mock_url, think)
+            continue
+        topic = await rec.call(
+            client, "topic page", "GET", f"/topics/{random.choice(topics)}/", expect=(200,)
+        )
         slugs = SLUG_RE.findall(topic.text) if topic is not None else []
         if not slugs:
             continue
         await asyncio.sleep(random.uniform(*think))
         redirect = await rec.call(
-            client, "practice redirect", "GET", f"/practice/{random.choice(slugs)}/"
+            client, "practice redirect", "GET", f"/practice/{random.choice(slugs)}/", expect=(302,)
         )
         if redirect is None or "location" not in redirect.headers:
             continue
         attempt_url = redirect.headers["location"]
-        page = await rec.call(client, "question page", "GET", attempt_url)
+        page = await rec.call(client, "question page", "GET", attempt_url, expect=(200,))
         if page is None:
             continue
         await asyncio.sleep(random.uniform(*think))
@@ -112,6 +257,7 @@ async def learner(client, credentials, deadline, rec, think, delay) -> None:
                 "arithmetic step check",
                 "POST",
                 steps[0],
+                expect=(200,),
                 data={"answer": "320 KiB"},
                 headers=csrf(client) | {"HX-Request": "true"},
             )
@@ -121,6 +267,7 @@ async def learner(client, credentials, deadline, rec, think, delay) -> None:
                 "autosave",
                 "POST",
                 f"{attempt_url}draft/",
+                expect=(200,),
                 data={"answer": ANSWER[:120]},
                 headers=csrf(client) | {"HX-Request": "true"},
             )
@@ -130,45 +277,176 @@ async def learner(client, credentials, deadline, rec, think, delay) -> None:
                 "submit + rubric grading",
                 "POST",
                 f"{attempt_url}submit/",
+                expect=(302,),
                 data={"answer": ANSWER},
                 headers=csrf(client),
             )
-            await rec.call(client, "feedback page", "GET", attempt_url)
+            await rec.call(client, "feedback page", "GET", attempt_url, expect=(200,))
         if random.random() < 0.2:
-            await rec.call(client, "progress page", "GET", "/progress/")
-        await rec.call(client, "home", "GET", "/")
+            await rec.call(client, "progress page", "GET", "/progress/", expect=(200,))
+        await rec.call(client, "home", "GET", "/", expect=(200,))
 
 
-async def run(base, users, seconds, think, ramp) -> tuple[Recorder, Recorder]:
-    setup, rec = Recorder(), Recorder()
-    clients = [httpx.AsyncClient(base_url=base, timeout=60) for _ in range(users)]
+# ---------------------------------------------------------------- labs in a real browser
+
+
+def parse_lab(spec: str) -> tuple[str, dict[str, str]]:
+    """'kv-vs-no-cache:new_tokens=496,every=2' -> ('kv-vs-no-cache', {...})."""
+    slug, _, rest = spec.partition(":")
+    params = {}
+    for pair in filter(None, rest.split(",")):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"--lab {spec!r}: {pair!r} is not name=value")
+        params[key.strip()] = value.strip()
+    return slug.strip(), params
+
+
+def _collect(run: LabRunRecord, timing: dict, submitted_ms: float, out: LabResult) -> None:
+    """Fold one run page's window.__labDrawn (seq -> [written, received, drawn])."""
+    drawn_at = []
+    for written, received, drawn in timing.values():
+        if drawn is None:
+            continue  # arrived, not yet drawn when the page was read
+        drawn_at.append(drawn)
+        if written is None:
+            out.no_write_time += 1
+            continue
+        out.to_received.append(received - written)
+        out.to_drawn.append(drawn - written)
+        run.live_points += 1
+    if drawn_at:
+        run.first_point_s = (min(drawn_at) - submitted_ms) / 1000
+
+
+async def lab_driver(browser, base, credentials, spec, user, deadline, out: LabResult) -> None:
+    from playwright.async_api import Error as PlaywrightError
+
+    slug, params = spec
+    rec = out.rec
+    context = await browser.new_context(base_url=base)
+    try:
+        page = await context.new_page()
+        page.on("pageerror", lambda exc: rec.error("lab run page (JS error)", str(exc)))
+        await page.goto("/accounts/login/")
+        await page.get_by_label("Username").fill(credentials[0])
+        await page.get_by_label("Password").fill(credentials[1])
+        async with page.expect_navigation():
+            await page.get_by_role("button", name="Log in").click()
+        if "/accounts/login/" in page.url:
+            rec.error("lab: log in", f"still on {page.url}: {await page.inner_text('main')}")
+            return
+        while time.monotonic() < deadline - 5:
+            form = await page.goto(f"/lab/{slug}/")
+            if form is None or form.status != 200:
+                rec.error("lab: form", f"GET /lab/{slug}/ -> {form and form.status}")
+                return
+            for name, value in params.items():
+                box = page.locator(f'[name="{name}"]')
+                if await box.evaluate("(e) => e.tagName") == "SELECT":
+                    await box.select_option(value)
+                else:
+                    await box.fill(value)
+            submitted_ms = time.time() * 1000
+            started = time.perf_counter()
+            async with page.expect_navigation():
+                await page.locator("#start-run").click()
+            match = re.search(r"/lab/runs/(\d+)/", page.url)
+            if match is None:
+                refusal = " ".join((await page.inner_text("main")).split())[:300]
+                hint = f" ({RATE_LIMIT_HINT})" if "lab runs in" in refusal else ""
+                rec.error("lab: start a run (form)", f"refused{hint}: {refusal}")
+                await asyncio.sleep(5)
+                continue
+            rec.latency["lab: submit -> run page loaded (browser)"].append(
+                (time.perf_counter() - started) * 1000
+            )
+            run = LabRunRecord(user=user, lab=slug, run_id=int(match.group(1)))
+            out.runs.append(run)
+            await page.wait_for_function("() => window.labRun !== undefined")
+            left_ms = (deadline - time.monotonic()) * 1000
+            try:
+                await page.wait_for_function(
+                    "() => window.labRun.ended", polling=250, timeout=max(1.0, left_ms)
+                )
+            except PlaywrightError:  # the window closed first
+                run.cut = True
+            _collect(run, await page.evaluate("() => window.__labDrawn || {}"), submitted_ms, out)
+            run.worker = await page.inner_text("#run-worker")
+            if run.cut and await page.locator("#cancel-run").is_visible():
+                await page.locator("#cancel-run").click()  # leave the worker idle
+                try:
+                    await page.wait_for_function(
+                        "() => window.labRun.ended", polling=250, timeout=60_000
+                    )
+                except PlaywrightError:
+                    rec.error("lab: cancel at the end", f"run {run.run_id} did not end in 60 s")
+            run.status = await page.get_attribute("#run-status", "data-status") or "?"
+            if run.status == "failed" or (run.status == "cancelled" and not run.cut):
+                error = await page.inner_text("#run-error")
+                rec.error("lab: run outcome", f"run {run.run_id} {run.status}: {error}")
+    except PlaywrightError as exc:
+        rec.error("lab: browser", f"{slug}: {exc}"[:500])
+    finally:
+        await context.close()
+
+
+# ---------------------------------------------------------------- the run
+
+
+async def run(
+    base: str,
+    users: int,
+    seconds: float,
+    think: tuple[float, float] = (2.0, 5.0),
+    ramp: float = 10.0,
+    labs: tuple[str, ...] = DEFAULT_LABS,
+    mock_share: float = 0.15,
+    chromium: str = CHROMIUM,
+) -> Result:
+    specs = [parse_lab(s) for s in labs]
+    setup, rec, lab = Recorder(), Recorder(), LabResult()
+    load_before = os.getloadavg()[0]
+    # Idle connections are dropped before uvicorn's keep-alive timeout (5 s) closes them:
+    # reusing one the server is closing fails with "Server disconnected" (browsers retry).
+    limits = httpx.Limits(keepalive_expiry=KEEPALIVE_S)
+    clients = [
+        httpx.AsyncClient(base_url=base, timeout=60, limits=limits)
+        for _ in range(users + len(specs))
+    ]
+    playwright = browser = None
     try:
         credentials = await asyncio.gather(
-            *(sign_up(c, setup, i * ramp / users) for i, c in enumerate(clients))
+            *(sign_up(c, setup, i * ramp / len(clients)) for i, c in enumerate(clients))
         )
+        learners, lab_users = credentials[:users], credentials[users:]
+        if specs:
+            from playwright.async_api import async_playwright
+
+            playwright = await async_playwright().start()
+            browser = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         deadline = time.monotonic() + seconds
         await asyncio.gather(
             *(
-                learner(c, cred, deadline, rec, think, i * ramp / users)
-                for i, (c, cred) in enumerate(zip(clients, credentials, strict=True))
-            )
+                learner(c, cred, deadline, rec, think, i * ramp / users, mock_share)
+                for i, (c, cred) in enumerate(zip(clients, learners, strict=False))
+            ),
+            *(
+                lab_driver(browser, base, cred, spec, i + 1, deadline, lab)
+                for i, (cred, spec) in enumerate(zip(lab_users, specs, strict=True))
+            ),
         )
     finally:
         for c in clients:
             await c.aclose()
-    return setup, rec
+        if browser is not None:
+            await browser.close()
+        if playwright is not None:
+            await playwright.stop()
+    return Result(setup, rec, lab, seconds, os.cpu_count() or 0, load_before, os.getloadavg()[0])
 
 
-def table(rec: Recorder) -> None:
-    print("| page | requests | p50 ms | p95 ms | p99 ms | errors |")
-    print("|---|---|---|---|---|---|")
-    for label, values in sorted(rec.latency.items(), key=lambda kv: -len(kv[1])):
-        print(
-            f"| {label} | {len(values)} | {statistics.median(values):.1f} | {pct(values, 0.95):.1f} "
-            f"| {pct(values, 0.99):.1f} | {rec.errors.get(label, 0)} |"
-        )
-    for label, sample in rec.samples.items():
-        print(f"first error on {label}: {sample}")
+# ---------------------------------------------------------------- report
 
 
 def pct(values: list[float], q: float) -> float:
@@ -176,27 +454,121 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def table(rec: Recorder) -> None:
+    print("| page | requests | errors | p50 ms | p95 ms | p99 ms |")
+    print("|---|---|---|---|---|---|")
+    labels = set(rec.latency) | set(rec.errors)
+    for label in sorted(labels, key=lambda k: (-len(rec.latency.get(k, [])), k)):
+        values = rec.latency.get(label, [])
+        stats = (
+            f"{statistics.median(values):.1f} | {pct(values, 0.95):.1f} | {pct(values, 0.99):.1f}"
+            if values
+            else "– | – | –"
+        )
+        print(f"| {label} | {len(values)} | {rec.errors.get(label, 0)} | {stats} |")
+    for label, sample in rec.samples.items():
+        print(f"first error on {label}: {sample}")
+
+
+def lab_tables(lab: LabResult) -> None:
+    print("| lab SSE latency | points | p50 ms | p95 ms | p99 ms | max ms |")
+    print("|---|---|---|---|---|---|")
+    for name, values in (
+        ("point written -> SSE message received", lab.to_received),
+        ("point written -> drawn on the chart", lab.to_drawn),
+    ):
+        if values:
+            print(
+                f"| {name} | {len(values)} | {statistics.median(values):.1f} | "
+                f"{pct(values, 0.95):.1f} | {pct(values, 0.99):.1f} | {max(values):.1f} |"
+            )
+        else:
+            print(f"| {name} | 0 | – | – | – | – |")
+    if lab.no_write_time:
+        print(f"({lab.no_write_time} points replayed from the DB, no write time: left out)")
+    print("\n| lab user | lab | run | outcome | live points | submit -> first point s | worker |")
+    print("|---|---|---|---|---|---|---|")
+    for r in lab.runs:
+        outcome = f"{r.status} (cancelled at the window's end)" if r.cut else r.status
+        first = f"{r.first_point_s:.2f}" if r.first_point_s is not None else "–"
+        print(
+            f"| {r.user} | {r.lab} | #{r.run_id} | {outcome} | {r.live_points} | {first} | "
+            f"{r.worker} |"
+        )
+    if any((r.first_point_s or 0) > 10 for r in lab.runs):
+        print(
+            "A run waited over 10 s for its first point: with one lab worker process the "
+            "second run queues behind the first (run_all --concurrency 2)."
+        )
+    table(lab.rec)
+
+
+def report(result: Result, args: argparse.Namespace) -> int:
+    """Print the tables; returns the number of errors."""
+    rec = result.rec
+    total = sum(len(v) for v in rec.latency.values())
+    errors = result.error_count
+    n_setup = args.users + len(args.lab)
+    print(f"Setup: {n_setup} accounts signed up over {args.ramp:.0f} s")
+    table(result.setup)
+    print(
+        f"\n{args.users} learners for {args.seconds:.0f} s (arriving over {args.ramp:.0f} s, "
+        f"think {args.think_min}-{args.think_max} s, mock step {args.mock_share:.0%} of "
+        f"actions) against {args.base_url}: {total} requests ({total / args.seconds:.1f}/s), "
+        f"{sum(rec.errors.values())} errors"
+    )
+    table(rec)
+    if args.lab:
+        print(f"\n{len(args.lab)} lab users in headless Chromium: {', '.join(args.lab)}")
+        lab_tables(result.lab)
+    print(
+        f"\nMachine: {result.cpus} CPUs; load average {result.load_before:.1f} before, "
+        f"{result.load_after:.1f} after (1 min). Errors: {errors}."
+    )
+    return errors
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.web",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--base-url", default="http://127.0.0.1:8000")
     parser.add_argument("--users", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--seconds", type=float, default=300)
     parser.add_argument("--ramp", type=float, default=10, help="seconds over which learners arrive")
     parser.add_argument("--think-min", type=float, default=2.0)
     parser.add_argument("--think-max", type=float, default=5.0)
+    parser.add_argument(
+        "--mock-share", type=float, default=0.15, help="share of actions that are a mock step"
+    )
+    parser.add_argument(
+        "--lab",
+        action="append",
+        metavar="SLUG[:name=value,...]",
+        help=f"a lab user running this lab over and over (repeat; default: {DEFAULT_LABS})",
+    )
+    parser.add_argument("--no-lab", action="store_true", help="learners only, no browser")
+    parser.add_argument("--chromium", default=CHROMIUM)
     args = parser.parse_args(argv)
-    setup, rec = asyncio.run(
-        run(args.base_url, args.users, args.seconds, (args.think_min, args.think_max), args.ramp)
+    args.lab = [] if args.no_lab else (args.lab or list(DEFAULT_LABS))
+    for spec in args.lab:
+        parse_lab(spec)
+    result = asyncio.run(
+        run(
+            args.base_url.rstrip("/"),
+            args.users,
+            args.seconds,
+            (args.think_min, args.think_max),
+            args.ramp,
+            tuple(args.lab),
+            args.mock_share,
+            args.chromium,
+        )
     )
-    total = sum(len(v) for v in rec.latency.values())
-    print(f"Setup: {args.users} learners signed up over {args.ramp:.0f} s")
-    table(setup)
-    print(
-        f"\n{args.users} learners for {args.seconds:.0f} s (arriving over {args.ramp:.0f} s, "
-        f"think {args.think_min}-{args.think_max} s) against {args.base_url}: {total} requests "
-        f"({total / args.seconds:.1f}/s), {sum(rec.errors.values())} errors"
-    )
-    table(rec)
+    if report(result, args):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

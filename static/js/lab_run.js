@@ -11,6 +11,11 @@ document.addEventListener("DOMContentLoaded", () => {
   const data = Object.fromEntries(series.map((s) => [s.name, []])); // name -> [{x, y, extra}]
   const state = { lastSeq: -1, drawn: 0, firstPointMs: null, ended: false, source: null };
   window.labRun = state; // read by the browser tests
+  // Per live point (seq -> [written by the worker, SSE message received, drawn], epoch ms):
+  // read by bench/web.py for the point written -> point drawn latency. A few bytes a point.
+  const timing = {};
+  window.__labDrawn = timing;
+  let pendingSeqs = [];
 
   const fmt = (v) => (typeof v !== "number" ? String(v)
     : Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(4)
@@ -54,8 +59,14 @@ document.addEventListener("DOMContentLoaded", () => {
   const flush = () => {
     const idx = Object.keys(pending).map(Number);
     if (!idx.length) return;
-    Plotly.extendTraces(chartDiv, { x: idx.map((i) => pending[i].x), y: idx.map((i) => pending[i].y) }, idx);
+    const seqs = pendingSeqs;
+    Plotly.extendTraces(chartDiv, { x: idx.map((i) => pending[i].x), y: idx.map((i) => pending[i].y) }, idx)
+      .then(() => {
+        const now = Date.now();
+        for (const seq of seqs) timing[seq][2] = now;
+      });
     pending = {};
+    pendingSeqs = [];
     document.getElementById("point-count").textContent = state.drawn;
     renderTable();
   };
@@ -135,8 +146,15 @@ document.addEventListener("DOMContentLoaded", () => {
     const source = new EventSource(`${page.events_url}?last_id=${state.lastSeq}`);
     state.source = source;
     source.addEventListener("point", (ev) => {
+      const received = Date.now();
       const p = JSON.parse(ev.data);
-      if (p.seq > state.lastSeq) add(p, true); // never twice, even across reconnects
+      if (p.seq > state.lastSeq) { // never twice, even across reconnects
+        if (p.series in index) {
+          timing[p.seq] = [p.written_ms ?? null, received, null];
+          pendingSeqs.push(p.seq);
+        }
+        add(p, true);
+      }
     });
     source.addEventListener("status", (ev) => showStatus(JSON.parse(ev.data)));
     source.addEventListener("end", (ev) => {
