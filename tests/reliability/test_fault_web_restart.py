@@ -25,6 +25,7 @@ pytestmark = [
 ]
 PASSWORD = "restart-the-web-tier"
 TYPED = "Prefill is compute-bound: the whole prompt goes through in one parallel pass"
+TYPED_DURING_OUTAGE = "; decode is memory-bound"
 RUN_KV = {"tokens": 80, "prompt_tokens": 16, "every": 2, "block_size": 8}  # 160 points
 MEASURED_TRACES = """
 document.getElementById('lab-chart').data
@@ -84,11 +85,19 @@ def test_mock_interview_survives_a_web_restart(page: Page, redis_url, ada):
         wait_for(lambda: draft_of(item) == TYPED, what="the autosave")  # stored by web #1
 
         web.kill()
+        # Typed while the web is down: the autosave fails, the page says so and keeps it.
+        box = page.get_by_label("Your answer")
+        box.press_sequentially(TYPED_DURING_OUTAGE, delay=10)
+        expect(page.locator("#autosave-status")).to_contain_text("Not saved yet")
+        assert draft_of(item) == TYPED
         procs.web(port)  # a new process on the same port
+        # No key pressed since: the page sends the draft again by itself once it can.
+        wait_for(lambda: draft_of(item) == TYPED + TYPED_DURING_OUTAGE, what="the retried save")
+        expect(page.locator("#autosave-status")).to_contain_text("Saved")
         page.reload()
 
         expect(page.locator("#question-number")).to_have_text("1")
-        expect(page.get_by_label("Your answer")).to_have_value(TYPED)
+        expect(page.get_by_label("Your answer")).to_have_value(TYPED + TYPED_DURING_OUTAGE)
         shown = page.evaluate("window.mockClock.questionLeft()")
         item.refresh_from_db()
         assert item.deadline == deadline  # the restart did not restart the question
