@@ -31,6 +31,8 @@ ACTIVE = (LabRun.Status.QUEUED, LabRun.Status.RUNNING)
 TERMINAL = (LabRun.Status.DONE, LabRun.Status.FAILED, LabRun.Status.CANCELLED)
 CANCEL_POLL_S = 0.25  # a cancel request is noticed within this long after the next point
 HEARTBEAT_S = 2.0
+# A run whose worker died is failed, not run again (docs/OPERATIONS.md, "Long jobs").
+NOT_RERUN = "It is not re-run automatically: start it again from the lab's page."
 
 
 class RunRefused(Exception):  # a user-facing refusal, not a bug
@@ -327,7 +329,7 @@ def reap_stale_runs() -> int:
         error = (
             f"The worker {run.worker or '(unknown)'} stopped reporting (last heartbeat "
             f"{last}, more than {limit} s ago): it probably died or was restarted. "
-            f"The {run.points.count()} points it recorded are kept."
+            f"The {run.points.count()} points it recorded are kept. {NOT_RERUN}"
         )
         if LabRun.objects.filter(pk=run.pk, status=LabRun.Status.RUNNING).update(
             status=LabRun.Status.FAILED, error=error, finished=timezone.now()
@@ -336,6 +338,27 @@ def reap_stale_runs() -> int:
             _publish(run.pk, "status", status_payload(run))
             reaped += 1
     return reaped
+
+
+def fail_lost_run(run_id: int, task_id: str | None, reason: str) -> bool:
+    """The pool process executing this run is gone (killed by the OOM killer or a signal,
+    crashed, or stopped at the hard time limit) while its worker lives on: fail the run now
+    (`reason`: what happened, in a sentence), with its points kept, instead of leaving it to
+    the stale-heartbeat reaper. Called in the worker's main process (lab.tasks, on
+    task_failure). Only the message that owns the run (same task id) can fail it, and only
+    while it is queued or running."""
+    run = LabRun.objects.filter(pk=run_id, status__in=ACTIVE).first()
+    if run is None or (task_id and run.task_id and task_id != run.task_id):
+        return False
+    error = f"{reason} The {run.points.count()} points it recorded are kept. {NOT_RERUN}"
+    now = timezone.now()
+    if not LabRun.objects.filter(pk=run_id, status__in=ACTIVE).update(
+        status=LabRun.Status.FAILED, error=error, finished=now, heartbeat=now
+    ):
+        return False
+    run.refresh_from_db()
+    _publish(run_id, "status", status_payload(run))
+    return True
 
 
 # ---------------------------------------------------------------- lost messages

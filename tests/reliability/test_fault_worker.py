@@ -9,7 +9,9 @@ finds the run no longer `queued` and changes nothing."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 
 import pytest
@@ -68,9 +70,21 @@ def test_a_worker_killed_mid_run_fails_the_run_keeps_its_points_and_the_next_wor
     client.force_login(user)
     with QueueToOurselves("lab-cpu"), Procs(redis_url) as procs:
         first = procs.worker("lab-a")
-        pool = first.group_pids()
-        assert len(pool) >= 2, "prefork: the main process and its pool child"
 
+        # 1. Only the pool process dies (as when the OOM killer picks it); the worker's main
+        # process sees it at once, fails the run, and forks a new pool process.
+        oom = services.start_run(user, "kv-cache-growth", LONG_KV)
+        wait_for(lambda: oom.points.count() >= 5, what="points from the first run")
+        (child,) = [pid for pid in first.group_pids() if pid != first.pid]
+        os.kill(child, signal.SIGKILL)
+        wait_for(lambda: fresh(oom).status == "failed", timeout=30, what="the run to fail")
+        oom_kept = oom.points.count()
+        assert "died (Worker exited prematurely: signal 9 (SIGKILL)" in oom.error, oom.error
+        assert f"The {oom_kept} points it recorded are kept" in oom.error
+        assert "not re-run" in oom.error and first.info["node"] in oom.error
+        assert [p.seq for p in oom.points.order_by("seq")] == list(range(oom_kept))
+
+        # 2. The whole worker (main process and pool) is SIGKILLed mid-run.
         killed = services.start_run(user, "kv-cache-growth", LONG_KV)
         wait_for(lambda: killed.points.count() >= 20, what="points from the first worker")
         waiting = services.start_run(user, "kv-cache-growth", TINY_KV)
@@ -82,6 +96,7 @@ def test_a_worker_killed_mid_run_fails_the_run_keeps_its_points_and_the_next_wor
         assert fresh(waiting).status == "queued"
         assert fresh(killed).status == "running"
 
+        assert killed.worker == first.info["node"]  # the same worker, a new pool process
         first.kill()  # the whole process group: main process and the pool child
         assert not first.group_pids()
         kept = killed.points.count()
@@ -96,7 +111,7 @@ def test_a_worker_killed_mid_run_fails_the_run_keeps_its_points_and_the_next_wor
         killed = fresh(killed)
         assert killed.status == "failed", killed.status
         assert "stopped reporting" in killed.error and first.info["node"] in killed.error
-        assert f"The {kept} points it recorded are kept." in killed.error
+        assert f"The {kept} points it recorded are kept. It is not re-run" in killed.error
         assert killed.error in page.content.decode()  # the learner reads why
         data = embedded(page.content.decode())
         assert [p["seq"] for p in data["points"]] == list(range(kept))  # all of them, once
@@ -117,4 +132,5 @@ def test_a_worker_killed_mid_run_fails_the_run_keeps_its_points_and_the_next_wor
         killed = fresh(killed)
         assert (killed.status, killed.error, killed.finished) == verdict
         assert [p.seq for p in killed.points.order_by("seq")] == list(range(kept))
+        assert fresh(oom).status == "failed" and oom.points.count() == oom_kept
         assert "ready." in second.output(100_000) and second.alive()
