@@ -164,6 +164,8 @@ def steps_submit(*, item: MockItem, raws: dict[str, str]) -> dict[str, str]:
     """Arithmetic: grade each typed step in order (no verdict is shown until the end).
     Returns {step: error} for unreadable input, which stays in its box."""
     item = _open_item(item)
+    if item.question.kind != Question.Kind.ARITHMETIC:  # a crafted POST (was a 500)
+        raise MockError("This question takes a written answer, not arithmetic steps.")
     now = timezone.now()
     context = practice.attempt_context(item.attempt)
     errors: dict[str, str] = {}

@@ -162,6 +162,8 @@ class MisconceptionInlineFormSet(forms.BaseInlineFormSet):
         if any(self.errors):
             return
         step = self.instance
+        if step.problem_id is None:  # no problem chosen: the step's own form says so (was a 500)
+            return
         edited = [
             {"expression": f.cleaned_data["expression"], "feedback": f.cleaned_data["feedback"]}
             for f in self.forms

@@ -32,5 +32,7 @@ urlpatterns = [
     ),
     path("lab/", include("lab.urls")),
     path("mock/", include("mock.urls")),
+    # Shadows admin:login (same path, matched first): the admin login is rate-limited too.
+    path("admin/login/", views.admin_login_view, name="admin_login"),
     path("admin/", admin.site.urls),
 ]

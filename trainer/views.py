@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
@@ -45,25 +45,39 @@ def home(request: HttpRequest) -> HttpResponse:
 _login = auth_views.LoginView.as_view()
 
 
+def _login_refused(request: HttpRequest) -> HttpResponse | None:
+    """Two limits on logging in, per client address and per username; a refused attempt
+    gets a 429 before any password is checked."""
+    by_ip = ratelimits.hit(request, "login-ip", ratelimits.client_ip)
+    by_user = ratelimits.hit(request, "login-user", ratelimits.posted_username)
+    limited = by_user or by_ip
+    if not limited:
+        return None
+    context = {
+        "form": AuthenticationForm(request, initial={"username": request.POST.get("username")}),
+        "next": request.POST.get("next", ""),
+        "rate_limited": ratelimits.login_message(limited),
+    }
+    response = render(request, "registration/login.html", context)
+    return ratelimits.with_retry_after(response, limited)
+
+
 @sensitive_post_parameters()
 @never_cache
 def login_view(request: HttpRequest) -> HttpResponse:
-    """Django's LoginView behind two limits: per client address and per username. A limited
-    attempt is refused before the password is checked."""
-    if request.method == "POST":
-        by_ip = ratelimits.hit(request, "login-ip", ratelimits.client_ip)
-        by_user = ratelimits.hit(request, "login-user", ratelimits.posted_username)
-        limited = by_user or by_ip
-        if limited:
-            form = AuthenticationForm(request, initial={"username": request.POST.get("username")})
-            context = {
-                "form": form,
-                "next": request.POST.get("next", ""),
-                "rate_limited": ratelimits.login_message(limited),
-            }
-            response = render(request, "registration/login.html", context)
-            return ratelimits.with_retry_after(response, limited)
+    """Django's LoginView behind the login limits."""
+    if request.method == "POST" and (refused := _login_refused(request)):
+        return refused
     return _login(request)
+
+
+@sensitive_post_parameters()
+@never_cache
+def admin_login_view(request: HttpRequest) -> HttpResponse:
+    """The admin's login page behind the same limits (it is a second way to try passwords)."""
+    if request.method == "POST" and (refused := _login_refused(request)):
+        return refused
+    return admin.site.login(request)
 
 
 def signup(request: HttpRequest) -> HttpResponse:
