@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import kombu.exceptions
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -146,8 +145,10 @@ def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) ->
 def _enqueue_or_withdraw(run: LabRun, time_limit_s: int) -> None:
     try:
         _enqueue(run, time_limit_s)
-    except (kombu.exceptions.OperationalError, redis.RedisError, OSError) as exc:
-        log.warning("lab run %s: the broker refused it (%s); run withdrawn", run.pk, exc)
+    except Exception as exc:  # kombu OperationalError, or the result backend's RuntimeError
+        # when it cannot subscribe: either way no worker will get this run. Should the
+        # message have left after all, the worker finds no run and ignores it (stale).
+        log.warning("lab run %s: the broker refused it (%r); run withdrawn", run.pk, exc)
         LabRun.objects.filter(pk=run.pk, status=LabRun.Status.QUEUED).delete()
         raise QueueUnavailable(QUEUE_UNAVAILABLE) from exc
 
