@@ -121,7 +121,9 @@ def log_in(page: Page, base: str, name: str, password: str = PASSWORD) -> None:
 
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
-def test_the_main_pages_work_under_the_policy(browser: Browser, asgi_server, settings, monkeypatch):
+def test_the_main_pages_work_under_the_policy(
+    browser: Browser, asgi_server, redis_url, settings, monkeypatch
+):
     monkeypatch.setattr(rubric, "grade", stand_in_grade)
     call_command("load_bank", verbosity=0)
     for name in ("ada", "bob"):
