@@ -53,10 +53,10 @@ class Param:
                 return True
             if text in ("0", "false", "off", "no"):
                 return False
-            raise ValueError(f"must be true or false, not {raw!r}")
+            raise ValueError(f"must be true or false, not {_show(raw)}")
         if self.kind == "choice":
             if str(raw) not in self.choices:
-                raise ValueError(f"must be one of {', '.join(self.choices)}, not {raw!r}")
+                raise ValueError(f"must be one of {', '.join(self.choices)}, not {_show(raw)}")
             return str(raw)
         value = self._number(raw)
         if self.min is not None and value < self.min:
@@ -67,11 +67,13 @@ class Param:
 
     def _number(self, raw: Any) -> int | float:
         if isinstance(raw, bool):
-            raise ValueError(f"must be a number, not {raw!r}")
+            raise ValueError(f"must be a number, not {_show(raw)}")
         try:
             value = float(str(raw).strip()) if isinstance(raw, str) else float(raw)
+        except OverflowError:  # a Python int beyond any float (10**400)
+            raise ValueError("must be a finite number") from None
         except (TypeError, ValueError):
-            raise ValueError(f"must be a number, not {raw!r}") from None
+            raise ValueError(f"must be a number, not {_show(raw)}") from None
         if not math.isfinite(value):
             raise ValueError("must be a finite number")
         if self.kind == "int":
@@ -92,6 +94,15 @@ class Param:
         if self.kind == "bool":
             return "on / off"
         return f"{_fmt(self.min)} – {_fmt(self.max)}{self._unit}"
+
+
+def _show(raw: Any, limit: int = 40) -> str:
+    """A bad value for an error message: its repr, cut short (a form field can be long)."""
+    try:
+        text = repr(raw)
+    except ValueError:  # an int past Python's 4,300-digit str() limit
+        text = "a number of over 4,300 digits"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _fmt(value: float | None) -> str:

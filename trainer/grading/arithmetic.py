@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from questions import problems
 from questions.expressions import (
@@ -155,9 +155,12 @@ def grade_step(
     index = next(i for i, s in enumerate(problem.steps) if s.name == step_name)
     step = problem.steps[index]
     reference = chain.reference()
-    yours = chain.given_answers()
+    try:
+        yours = chain.given_answers()
+    except ExpressionError as exc:  # e.g. an earlier answer of 0 that this step divides by
+        yours, unusable = None, str(exc)
     value, expected = _in_unit(answer, step.unit), _in_unit(reference[step_name], step.unit)
-    given = _in_unit(yours[step_name], step.unit)
+    given = _in_unit(yours[step_name], step.unit) if yours is not None else None
     full = max(0.0, 1.0 - hint_penalty * hints_used)
     base = {"name": step_name, "value": value, "expected": expected}
 
@@ -166,6 +169,8 @@ def grade_step(
             verdict="correct", credit=full, feedback=_correct_text(step, hints_used), **base
         )
     broke_at = _broken_step(chain, index, reference)
+    if yours is None:  # reported, not silently graded against a chain that does not exist
+        return _graded_without_your_chain(chain, step, reference, value, base, broke_at, unusable)
     if broke_at and _close(value, given, step):
         return StepResult(
             verdict="follow_through",
@@ -201,6 +206,31 @@ def grade_step(
     )
 
 
+def _graded_without_your_chain(chain, step, reference, value, base, broke_at, reason):
+    """Your earlier answers make this step impossible to recompute: grade against the
+    reference values and say why no follow-through credit could be checked."""
+    earlier = broke_at_label(chain.problem, broke_at) if broke_at else "earlier answers"
+    note = (
+        f" Your {earlier} cannot be carried into this step ({reason}), so it was graded "
+        "against the reference values only."
+    )
+    result = _match_misconception(chain, step, reference, reference, value, base)
+    if result:
+        return replace(result, feedback=result.feedback + note, broke_at=broke_at)
+    slip = _generic_slip(step, value, base["expected"])
+    verdict, feedback = (
+        ("slip", slip)
+        if slip
+        else (
+            "incorrect",
+            f"Not within {step.rtol * 100:.3g}% of the expected value.",
+        )
+    )
+    return StepResult(
+        verdict=verdict, credit=0.0, feedback=feedback + note, broke_at=broke_at, **base
+    )
+
+
 def broke_at_label(problem: problems.Problem, name: str) -> str:
     index = next(i for i, s in enumerate(problem.steps) if s.name == name)
     return f"step {index + 1} ({name.replace('_', ' ')})"
@@ -227,7 +257,11 @@ def _broken_step(chain: Chain, index: int, reference: Mapping[str, Quantity]) ->
 def _match_misconception(chain, step, reference, yours, value, base) -> StepResult | None:
     for scope_values in (reference, yours) if yours is not reference else (reference,):
         scope = {**chain.variables, **{k: v for k, v in scope_values.items() if k != step.name}}
-        for i, (m, wrong) in enumerate(problems.misconception_values(step, scope)):
+        try:
+            wrongs = problems.misconception_values(step, scope)
+        except ExpressionError:  # not computable from these values (e.g. divides by zero)
+            continue
+        for i, (m, wrong) in enumerate(wrongs):
             if _close(value, _in_unit(wrong, step.unit), step):
                 return StepResult(
                     verdict="misconception",
@@ -244,6 +278,8 @@ def _generic_slip(step: problems.Step, value: float, expected: float) -> str | N
     if value == 0 or expected == 0 or (value > 0) != (expected > 0):
         return None
     ratio = value / expected
+    if ratio == 0 or not math.isfinite(ratio):  # beyond any slip (overflow or underflow)
+        return None
     exponent = round(math.log10(abs(ratio)))
     if exponent and _close(value, expected * 10**exponent, step):
         return (
