@@ -26,6 +26,43 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   };
   nextForm.addEventListener("submit", carry);
+
+  // Time is up: send the boxes with the "next" form. Sent with fetch first, so that a server
+  // that does not answer (web process restarting) leaves the learner on this page with
+  // everything typed, retried until it is stored, instead of on a browser error page.
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const say = (text) => {
+    let el = document.getElementById("next-status");
+    if (!el) {
+      el = document.createElement("p");
+      el.id = "next-status";
+      el.className = "input-error";
+      el.setAttribute("role", "alert");
+      nextForm.appendChild(el);
+    }
+    el.textContent = text;
+  };
+  const sendNext = async () => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const resp = await fetch(nextForm.action, {
+          method: "POST", body: new FormData(nextForm), redirect: "manual", credentials: "same-origin",
+        });
+        if (resp.type === "opaqueredirect" || resp.ok) { // stored: show the next question
+          window.location.assign(nextForm.dataset.after || window.location.href);
+          return;
+        }
+        if (resp.status !== 429 && resp.status < 500) { // refused: let the server's page say why
+          nextForm.submit();
+          return;
+        }
+      } catch (err) { /* no answer at all: the server is down or restarting */ }
+      state.unsent = attempt;
+      say("Time is up, but the server did not answer: your answers are still on this page and "
+        + `are sent as soon as it does (attempt ${attempt}).`);
+      await sleep(Math.min(10000, 1000 * 2 ** (attempt - 1)));
+    }
+  };
   window.mockClock = { questionLeft: () => left(clocks[0]), loopLeft: () => left(clocks[1]), state };
   const tick = () => {
     for (const c of clocks) {
@@ -37,7 +74,7 @@ document.addEventListener("DOMContentLoaded", () => {
       state.expired = true;
       nextForm.querySelector("input[name=timeup]").value = "1";
       carry();
-      nextForm.submit();
+      sendNext();
     }
   };
   tick();

@@ -6,10 +6,12 @@ with every point exactly once while the run streams to completion."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.utils import timezone
 from playwright.sync_api import Page, expect
 from procs import Procs, QueueToOurselves, free_port
 
@@ -26,6 +28,7 @@ pytestmark = [
 PASSWORD = "restart-the-web-tier"
 TYPED = "Prefill is compute-bound: the whole prompt goes through in one parallel pass"
 TYPED_DURING_OUTAGE = "; decode is memory-bound"
+TYPED_AT_THE_END = ", bound by HBM bandwidth."
 RUN_KV = {"tokens": 80, "prompt_tokens": 16, "every": 2, "block_size": 8}  # 160 points
 MEASURED_TRACES = """
 document.getElementById('lab-chart').data
@@ -90,7 +93,7 @@ def test_mock_interview_survives_a_web_restart(page: Page, redis_url, ada):
         box.press_sequentially(TYPED_DURING_OUTAGE, delay=10)
         expect(page.locator("#autosave-status")).to_contain_text("Not saved yet")
         assert draft_of(item) == TYPED
-        procs.web(port)  # a new process on the same port
+        web = procs.web(port)  # a new process on the same port
         # No key pressed since: the page sends the draft again by itself once it can.
         wait_for(lambda: draft_of(item) == TYPED + TYPED_DURING_OUTAGE, what="the retried save")
         expect(page.locator("#autosave-status")).to_contain_text("Saved")
@@ -106,6 +109,25 @@ def test_mock_interview_survives_a_web_restart(page: Page, redis_url, ada):
         assert abs(shown - expected) <= 2.0
         elapsed = (item.deadline - item.started).total_seconds() - expected
         assert elapsed > 3 and shown < item.budget_s - 3  # the clock kept running
+
+        # The question's time runs out while the web is down again: the page stays, with
+        # everything typed, and sends it once a server answers.
+        MockItem.objects.filter(pk=item.pk).update(deadline=timezone.now() + timedelta(seconds=5))
+        page.reload()
+        web.kill()
+        box.press("Control+End")  # after the reload the caret is at the start
+        box.press_sequentially(TYPED_AT_THE_END, delay=10)
+        expect(page.locator("#next-status")).to_contain_text(
+            "Time is up, but the server did not answer", timeout=20_000
+        )
+        expect(page.locator("#question-number")).to_have_text("1")
+        expect(box).to_have_value(TYPED + TYPED_DURING_OUTAGE + TYPED_AT_THE_END)
+        procs.web(port)
+        expect(page.locator("#question-number")).to_have_text("2", timeout=30_000)
+        item = MockItem.objects.select_related("attempt").get(pk=item.pk)
+        assert item.closed is not None
+        assert item.attempt.answer == TYPED + TYPED_DURING_OUTAGE + TYPED_AT_THE_END
+        assert item.late  # it reached the server after deadline + grace: kept, marked late
 
 
 def test_live_lab_chart_survives_a_web_restart(page: Page, redis_url, ada):
