@@ -119,6 +119,7 @@ def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) ->
             )
         )
     reap_stale_runs()
+    _check_broker()
     limit = settings.LAB_MAX_ACTIVE_RUNS
     with transaction.atomic():
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()  # serialise
@@ -140,6 +141,16 @@ def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) ->
         transaction.on_commit(lambda: _enqueue_or_withdraw(run, lab.time_limit_s))
     _clear_stream(run.pk)
     return run
+
+
+def _check_broker() -> None:
+    """Refuse at once when Redis does not answer: sending the message would fail anyway,
+    after Celery's result backend has retried for ~20 s."""
+    try:
+        streams.client().ping()
+    except redis.RedisError as exc:
+        log.warning("lab run refused: Redis does not answer (%s)", exc)
+        raise QueueUnavailable(QUEUE_UNAVAILABLE) from exc
 
 
 def _enqueue_or_withdraw(run: LabRun, time_limit_s: int) -> None:
