@@ -86,7 +86,8 @@ def _usage(request: HttpRequest, group: str, key, increment: bool) -> dict | Non
 def _limited(group: str, usage: dict) -> Limited:
     _count, _multi, unit = RATE_RE.match(settings.RATELIMITS[group]).groups()
     period = int(_multi or 1) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
-    return Limited(group, usage["limit"], period, max(1, usage["time_left"]))
+    # The window ends after second `now + time_left` (whole seconds): +1 is an upper bound.
+    return Limited(group, usage["limit"], period, usage["time_left"] + 1)
 
 
 def hit(request: HttpRequest, group: str, key) -> Limited | None:
