@@ -319,23 +319,32 @@ def _collect(run: LabRunRecord, timing: dict, submitted_ms: float, out: LabResul
         run.first_point_s = (min(drawn_at) - submitted_ms) / 1000
 
 
-async def lab_driver(browser, base, credentials, spec, user, deadline, out: LabResult) -> None:
+async def lab_login(browser, base: str, credentials, rec: Recorder):
+    """A browser context logged in through the login form (setup, before the window)."""
+    context = await browser.new_context(base_url=base)
+    page = await context.new_page()
+    page.on("pageerror", lambda exc: rec.error("lab run page (JS error)", str(exc)))
+    await page.goto("/accounts/login/")
+    await page.get_by_label("Username").fill(credentials[0])
+    await page.get_by_label("Password").fill(credentials[1])
+    async with page.expect_navigation():
+        await page.get_by_role("button", name="Log in").click()
+    if "/accounts/login/" in page.url:
+        rec.error("lab: log in", f"still on {page.url}: {await page.inner_text('main')}")
+    return context, page
+
+
+async def lab_driver(page, spec, user, deadline, out: LabResult, grace_s: float = 0.0) -> None:
+    """Start the lab through its form and watch the run page until the run ends; again and
+    again until the window closes. A run still going `grace_s` after that is cancelled."""
     from playwright.async_api import Error as PlaywrightError
 
     slug, params = spec
     rec = out.rec
-    context = await browser.new_context(base_url=base)
+    started_runs = len(out.runs)
     try:
-        page = await context.new_page()
-        page.on("pageerror", lambda exc: rec.error("lab run page (JS error)", str(exc)))
-        await page.goto("/accounts/login/")
-        await page.get_by_label("Username").fill(credentials[0])
-        await page.get_by_label("Password").fill(credentials[1])
-        async with page.expect_navigation():
-            await page.get_by_role("button", name="Log in").click()
         if "/accounts/login/" in page.url:
-            rec.error("lab: log in", f"still on {page.url}: {await page.inner_text('main')}")
-            return
+            return  # not logged in: recorded by lab_login
         while time.monotonic() < deadline - 5:
             form = await page.goto(f"/lab/{slug}/")
             if form is None or form.status != 200:
@@ -364,12 +373,12 @@ async def lab_driver(browser, base, credentials, spec, user, deadline, out: LabR
             run = LabRunRecord(user=user, lab=slug, run_id=int(match.group(1)))
             out.runs.append(run)
             await page.wait_for_function("() => window.labRun !== undefined")
-            left_ms = (deadline - time.monotonic()) * 1000
+            left_ms = (deadline + grace_s - time.monotonic()) * 1000
             try:
                 await page.wait_for_function(
                     "() => window.labRun.ended", polling=250, timeout=max(1.0, left_ms)
                 )
-            except PlaywrightError:  # the window closed first
+            except PlaywrightError:  # the window (and the grace) closed first
                 run.cut = True
             _collect(run, await page.evaluate("() => window.__labDrawn || {}"), submitted_ms, out)
             run.worker = await page.inner_text("#run-worker")
@@ -385,10 +394,10 @@ async def lab_driver(browser, base, credentials, spec, user, deadline, out: LabR
             if run.status == "failed" or (run.status == "cancelled" and not run.cut):
                 error = await page.inner_text("#run-error")
                 rec.error("lab: run outcome", f"run {run.run_id} {run.status}: {error}")
+        if len(out.runs) == started_runs:
+            rec.error("lab: start a run (form)", f"lab user {user} started no {slug} run")
     except PlaywrightError as exc:
         rec.error("lab: browser", f"{slug}: {exc}"[:500])
-    finally:
-        await context.close()
 
 
 # ---------------------------------------------------------------- the run
@@ -403,6 +412,7 @@ async def run(
     labs: tuple[str, ...] = DEFAULT_LABS,
     mock_share: float = 0.15,
     chromium: str = CHROMIUM,
+    lab_grace_s: float = 0.0,
 ) -> Result:
     specs = [parse_lab(s) for s in labs]
     setup, rec, lab = Recorder(), Recorder(), LabResult()
@@ -415,6 +425,7 @@ async def run(
         for _ in range(users + len(specs))
     ]
     playwright = browser = None
+    contexts = []
     try:
         credentials = await asyncio.gather(
             *(sign_up(c, setup, i * ramp / len(clients)) for i, c in enumerate(clients))
@@ -425,6 +436,9 @@ async def run(
 
             playwright = await async_playwright().start()
             browser = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            contexts = await asyncio.gather(
+                *(lab_login(browser, base, cred, lab.rec) for cred in lab_users)
+            )
         deadline = time.monotonic() + seconds
         await asyncio.gather(
             *(
@@ -432,13 +446,15 @@ async def run(
                 for i, (c, cred) in enumerate(zip(clients, learners, strict=False))
             ),
             *(
-                lab_driver(browser, base, cred, spec, i + 1, deadline, lab)
-                for i, (cred, spec) in enumerate(zip(lab_users, specs, strict=True))
+                lab_driver(page, spec, i + 1, deadline, lab, lab_grace_s)
+                for i, ((_, page), spec) in enumerate(zip(contexts, specs, strict=True))
             ),
         )
     finally:
         for c in clients:
             await c.aclose()
+        for context, _ in contexts:
+            await context.close()
         if browser is not None:
             await browser.close()
         if playwright is not None:
