@@ -93,6 +93,11 @@ class Command(BaseCommand):
         argv = [sys.executable, "-m", "uvicorn", "trainer.asgi:application"]
         argv += ["--host", host, "--port", str(port), "--workers", str(max(1, workers))]
         argv += ["--timeout-graceful-shutdown", "3", "--no-access-log"]
+        # uvicorn SIGKILLs a worker that does not answer its health ping in time (5 s by
+        # default), dropping every request it is serving. On a saturated machine a busy
+        # worker missed it once (bench.web, load average 16 on 2 cores, while the rubric
+        # model loaded: a sleeping thread waited up to 1.5 s for the GIL at load 12).
+        argv += ["--timeout-worker-healthcheck", "30"]
         self._spawn(argv)
 
     def _print_banner(self, host: str, port: int, accounts) -> None:
