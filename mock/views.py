@@ -11,6 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from mock import scorecard as cards
@@ -192,7 +193,8 @@ def draft(request: HttpRequest, mock_id: int, order: int) -> HttpResponse:
     try:
         services.draft_save(item=item, slot=slot, text=request.POST.get("answer", ""), steps=steps)
     except (services.MockError, ValueError) as exc:
-        return HttpResponse(f'<span class="saved">{exc}</span>', status=400)
+        # The message quotes the box name the client sent: escaped, never markup.
+        return HttpResponse(format_html('<span class="saved">{}</span>', exc), status=400)
     when = timezone.localtime().strftime("%H:%M:%S")
     return HttpResponse(f'<span class="saved">Saved {when}</span>')
 

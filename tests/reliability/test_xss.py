@@ -395,6 +395,29 @@ def test_no_payload_runs_anywhere(browser: Browser, asgi_server, redis_url, monk
     expect(lpage.locator("#question-clock")).to_be_visible()
     mock = MockInterview.objects.get(user=learner)
     h.check(lpage, "mock run page (authored Markdown)", [], must_show=False)
+    # The autosave endpoint's refusal names the answer box it was given (`slot`): a form
+    # posted there (as a hostile page could) must come back escaped.
+    run_url = lpage.url
+    for n in ids[::3]:
+        lpage.evaluate(
+            """([action, slot]) => {
+              const form = document.createElement("form");
+              form.method = "post"; form.action = action;
+              for (const [name, value] of [["slot", slot], ["answer", "x"],
+                  ["csrfmiddlewaretoken",
+                   document.querySelector("[name=csrfmiddlewaretoken]").value]]) {
+                const input = document.createElement("input");
+                input.type = "hidden"; input.name = name; input.value = value;
+                form.appendChild(input);
+              }
+              document.body.appendChild(form);
+              form.submit();
+            }""",
+            [f"{base}/mock/{mock.pk}/items/0/draft/", PAYLOADS[n]],
+        )
+        lpage.wait_for_url(f"{base}/mock/{mock.pk}/items/0/draft/")
+        h.check(lpage, "mock autosave refusal (slot)", [n])
+        lpage.goto(run_url)
     lpage.get_by_text("Peer interviewer").click()
     lpage.get_by_role("button", name="Create an invite link").click()
     lpage.get_by_text("Peer interviewer").click()
