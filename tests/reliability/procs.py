@@ -158,39 +158,52 @@ class Procs:
         queues: str = "lab-cpu",
         concurrency: int = 1,
         timeout: float = 90.0,
+        wait: bool = True,
         **env: str,
     ) -> Proc:
         """`celery -A trainer worker` (prefork pool, as deployed); returns once it is ready
-        to take tasks. Its node name is `<name>@<host>` (Proc.info["node"])."""
+        to take tasks (wait=False: at once; then `Procs.wait(child)`). Its node name is
+        `<name>@<host>` (Proc.info["node"])."""
         node = f"{name}@{socket.gethostname()}"
         argv = [sys.executable, "-m", "celery", "-A", "trainer", "worker", "-Q", queues]
         argv += ["-c", str(concurrency), "-n", node, "--loglevel", "INFO"]
         argv += ["--without-gossip", "--without-mingle"]  # no peers to sync with here
-        child = self.spawn(name, argv, **env)
-        child.info["node"] = node
-        deadline = time.monotonic() + timeout
-        while f"{node} ready." not in child.output(tail=100_000):
-            if not child.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"worker {node} did not start:\n{child.output()}")
-            time.sleep(0.1)
-        return child
+        # One torch thread, as tests/lab's `one_thread`: on a shared 2-core machine a second
+        # thread only contends (a tiny kv-cache-growth run: 2 s with 1 thread, 35 s with 2).
+        child = self.spawn(name, argv, **{"OMP_NUM_THREADS": "1", **env})
+        child.info.update(node=node, ready=lambda: f"{node} ready." in child.output(100_000))
+        return self.wait(child, timeout=timeout) if wait else child
 
-    def web(self, port: int, timeout: float = 90.0, **env: str) -> Proc:
-        """`uvicorn trainer.asgi:application` on 127.0.0.1:<port>; returns once it answers."""
+    def web(self, port: int, timeout: float = 90.0, wait: bool = True, **env: str) -> Proc:
+        """`uvicorn trainer.asgi:application` on 127.0.0.1:<port>; returns once it answers
+        HTTP (wait=False: at once; then `Procs.wait(child)`)."""
         argv = [sys.executable, "-m", "uvicorn", "trainer.asgi:application"]
         argv += ["--host", "127.0.0.1", "--port", str(port)]
         argv += ["--timeout-graceful-shutdown", "2", "--log-level", "warning"]
         child = self.spawn(f"web-{port}", argv, **env)
-        child.info["url"] = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + timeout
-        while True:
-            if not child.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"uvicorn on port {port} did not start:\n{child.output()}")
+        url = child.info["url"] = f"http://127.0.0.1:{port}"
+
+        def answers() -> bool:
             try:
-                httpx.get(f"{child.info['url']}/accounts/login/", timeout=2.0)
-                return child
+                httpx.get(f"{url}/accounts/login/", timeout=2.0)
+                return True
             except httpx.HTTPError:
+                return False
+
+        child.info["ready"] = answers
+        return self.wait(child, timeout=timeout) if wait else child
+
+    @staticmethod
+    def wait(*children: Proc, timeout: float = 90.0) -> Proc:
+        """Block until every child is ready (started together, they start in parallel);
+        returns the first."""
+        deadline = time.monotonic() + timeout
+        for child in children:
+            while not child.info["ready"]():
+                if not child.alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"{child.name} did not start:\n{child.output()}")
                 time.sleep(0.1)
+        return children[0]
 
 
 class QueueToOurselves:

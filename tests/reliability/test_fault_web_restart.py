@@ -29,7 +29,7 @@ PASSWORD = "restart-the-web-tier"
 TYPED = "Prefill is compute-bound: the whole prompt goes through in one parallel pass"
 TYPED_DURING_OUTAGE = "; decode is memory-bound"
 TYPED_AT_THE_END = ", bound by HBM bandwidth."
-RUN_KV = {"tokens": 80, "prompt_tokens": 16, "every": 2, "block_size": 8}  # 160 points
+RUN_KV = {"tokens": 384, "prompt_tokens": 16, "every": 2, "block_size": 8}  # 768 points
 MEASURED_TRACES = """
 document.getElementById('lab-chart').data
   .filter((t) => !t.name.includes('predicted'))
@@ -56,6 +56,11 @@ def wait_js(page: Page, expression: str, timeout: float) -> None:
     """Poll a JS expression with page.evaluate (the site's CSP forbids the eval that
     page.wait_for_function relies on)."""
     wait_for(lambda: page.evaluate(expression), timeout=timeout, what=expression)
+
+
+def fresh(run):
+    run.refresh_from_db()
+    return run
 
 
 def log_in(page: Page, base: str) -> None:
@@ -133,8 +138,8 @@ def test_mock_interview_survives_a_web_restart(page: Page, redis_url, ada):
 def test_live_lab_chart_survives_a_web_restart(page: Page, redis_url, ada):
     port = free_port()
     with QueueToOurselves("lab-cpu"), Procs(redis_url) as procs:
-        procs.worker("lab-w")
-        web = procs.web(port)
+        web = procs.web(port, wait=False)
+        procs.wait(procs.worker("lab-w", wait=False), web)
         base = web.info["url"]
         log_in(page, base)
         run = lab_services.start_run(ada, "kv-cache-growth", RUN_KV)
@@ -147,6 +152,7 @@ def test_live_lab_chart_survives_a_web_restart(page: Page, redis_url, ada):
         run.refresh_from_db()
         assert run.status == "running", "the run must still be going when the web dies"
         procs.web(port)
+        assert fresh(run).status == "running", "the run must stream on after the restart"
 
         # No reload: the page's EventSource reconnects by itself (Last-Event-ID).
         wait_js(page, "window.labRun.ended", timeout=120)
