@@ -143,27 +143,39 @@ document.addEventListener("DOMContentLoaded", () => {
   const timer = setInterval(flush, 200);
 
   if (!["done", "failed", "cancelled"].includes(page.status.status)) {
-    const source = new EventSource(`${page.events_url}?last_id=${state.lastSeq}`);
-    state.source = source;
-    source.addEventListener("point", (ev) => {
-      const received = Date.now();
-      const p = JSON.parse(ev.data);
-      if (p.seq > state.lastSeq) { // never twice, even across reconnects
-        if (p.series in index) {
-          timing[p.seq] = [p.written_ms ?? null, received, null];
-          pendingSeqs.push(p.seq);
+    // EventSource retries by itself after a network error (sending Last-Event-ID), but
+    // gives up for good on an HTTP error (e.g. a proxy's 502 while the server restarts):
+    // then open a new one after the last seq drawn.
+    let reopens = 0;
+    const connect = () => {
+      const source = new EventSource(`${page.events_url}?last_id=${state.lastSeq}`);
+      state.source = source;
+      source.addEventListener("open", () => { reopens = 0; });
+      source.addEventListener("error", () => {
+        if (source.readyState !== EventSource.CLOSED || state.ended) return;
+        if (++reopens <= 20) setTimeout(connect, 3000); // not forever (logged out, gone)
+      });
+      source.addEventListener("point", (ev) => {
+        const received = Date.now();
+        const p = JSON.parse(ev.data);
+        if (p.seq > state.lastSeq) { // never twice, even across reconnects
+          if (p.series in index) {
+            timing[p.seq] = [p.written_ms ?? null, received, null];
+            pendingSeqs.push(p.seq);
+          }
+          add(p, true);
         }
-        add(p, true);
-      }
-    });
-    source.addEventListener("status", (ev) => showStatus(JSON.parse(ev.data)));
-    source.addEventListener("end", (ev) => {
-      showStatus(JSON.parse(ev.data));
-      source.close();
-      flush();
-      clearInterval(timer);
-      state.ended = true;
-    });
+      });
+      source.addEventListener("status", (ev) => showStatus(JSON.parse(ev.data)));
+      source.addEventListener("end", (ev) => {
+        showStatus(JSON.parse(ev.data));
+        source.close();
+        flush();
+        clearInterval(timer);
+        state.ended = true;
+      });
+    };
+    connect();
   } else {
     state.ended = true;
   }
@@ -174,7 +186,9 @@ document.addEventListener("DOMContentLoaded", () => {
     const resp = await fetch(form.action, {
       method: "POST", body: new FormData(form), headers: { Accept: "application/json" },
     });
-    if (resp.ok) {
+    // The stream's `end` may arrive before this reply (the worker stops within 0.25 s):
+    // then the reply's "running" is older news and must not overwrite the final status.
+    if (resp.ok && !state.ended) {
       const s = await resp.json();
       showStatus(s);
       if (s.status === "running") document.getElementById("run-status").textContent = "Cancelling…";

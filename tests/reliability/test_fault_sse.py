@@ -1,0 +1,153 @@
+"""A browser losing its live connection mid-run (headless Chromium, real processes: our own
+`redis-server`, `uvicorn trainer.asgi:application` and `celery -A trainer worker`).
+
+The lab run page draws points pushed over SSE. Mid-run the web server is killed (SIGKILL)
+and started again on the same port; the browser is offline meanwhile and for a few seconds
+after (Chromium's offline mode does not cut an open stream, so the kill does), so
+reconnection attempts fail for both reasons; then one gets a proxy's 502, on which
+EventSource gives up and the page must open a new one. Reconnections resume after the last
+point drawn (`Last-Event-ID` / `last_id`); the chart must end with exactly the run's
+points: none lost, none drawn twice, and the server must not have sent any point twice
+either (every `point` event the page received is recorded)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from playwright.sync_api import BrowserContext, Page, expect
+from procs import Procs, RedisServer, free_port
+
+from lab.models import LabRun
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.celery_integration,
+    pytest.mark.django_db(transaction=True),
+]
+PASSWORD = "last-event-id-please"
+
+# Records every SSE `point` event and every connection error/open the page sees, before
+# lab_run.js runs (the page's own code de-duplicates; this shows what the server sent).
+RECORD_EVENTS = """
+(() => {
+  const Original = window.EventSource;
+  window.__sse = { seqs: [], errors: 0, opens: 0 };
+  window.EventSource = class extends Original {
+    constructor(url, init) {
+      super(url, init);
+      this.addEventListener("point", (e) => window.__sse.seqs.push(JSON.parse(e.data).seq));
+      this.addEventListener("error", () => { window.__sse.errors += 1; });
+      this.addEventListener("open", () => { window.__sse.opens += 1; });
+    }
+  };
+})();
+"""
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def wait_js(page: Page, expression: str, timeout: float, what: str):
+    """Poll a JS expression from here (the site's CSP forbids the eval that
+    page.wait_for_function uses)."""
+    return wait_for(lambda: page.evaluate(expression), timeout, what)
+
+
+def sse(page: Page) -> dict:
+    return page.evaluate("window.__sse")
+
+
+def drawn(page: Page) -> int:
+    return page.evaluate("window.labRun ? window.labRun.drawn : 0")
+
+
+def test_the_chart_keeps_every_point_once_across_dropped_connections(
+    page: Page, context: BrowserContext, tmp_path
+):
+    get_user_model().objects.create_user("ada", password=PASSWORD)
+    redis_server = RedisServer(log_dir=tmp_path).start()
+    try:
+        with Procs(redis_server.url) as procs:
+            procs.worker("ssefault", queues="lab-cpu", OMP_NUM_THREADS="1")
+            port = free_port()
+            web = procs.web(port)
+            base = web.info["url"]
+            context.add_init_script(RECORD_EVENTS)
+            page.goto(f"{base}/accounts/login/")
+            page.get_by_label("Username").fill("ada")
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+            page.goto(f"{base}/lab/kv-cache-growth/")
+            # A long run (a point per token): it is cancelled once the drops are done.
+            page.get_by_label("Tokens to cache").fill("512")
+            page.get_by_label("Prompt tokens").fill("16")
+            page.get_by_label("Point every").fill("1")
+            page.get_by_role("button", name="Start the run").click()
+            wait_js(page, "window.labRun && window.labRun.drawn >= 3", 120, "the first points")
+            run = LabRun.objects.get()
+            embedded = json.loads(page.locator("#lab-run-data").text_content())["points"]
+
+            # The web server dies (SIGKILL) mid-stream; the browser is offline while a new
+            # one starts on the same port and for a few seconds after, so reconnection
+            # attempts fail for both reasons before one succeeds.
+            before = sse(page)
+            web.kill()
+            wait_for(lambda: sse(page)["errors"] > before["errors"], 30, "the stream to drop")
+            context.set_offline(True)
+            procs.web(port)
+            time.sleep(4.0)  # longer than EventSource's retry delay (3 s in Chromium)
+            assert sse(page)["opens"] == before["opens"]
+            # The next attempt gets a proxy's 502, on which EventSource gives up for good:
+            # the page must open a new one by itself.
+            bad_gateway: list[str] = []
+
+            def first_attempt_fails(route):
+                if bad_gateway:
+                    route.continue_()
+                else:
+                    bad_gateway.append(route.request.url)
+                    route.fulfill(status=502, body="Bad Gateway")
+
+            page.route("**/lab/runs/*/events*", first_attempt_fails)
+            context.set_offline(False)
+            wait_for(lambda: sse(page)["opens"] > before["opens"], 60, "a reconnection")
+            assert len(bad_gateway) == 1
+            at = drawn(page)
+            wait_for(lambda: drawn(page) > at, 60, "new points after the reconnection")
+            assert LabRun.objects.get(pk=run.pk).status == "running"  # still mid-run
+            print(f"\n{sse(page)['errors'] - before['errors']} connection errors before it")
+
+            # End the run (cancel: stops at its next point) and let the stream close.
+            page.get_by_role("button", name="Cancel").click()
+            wait_js(page, "window.labRun.ended", 60, "the end of the stream")
+            expect(page.locator("#run-status")).to_have_text("Cancelled")
+            run.refresh_from_db()
+            total = run.points.count()
+            assert run.status == "cancelled" and total > 0
+
+            # The chart holds exactly the run's points...
+            assert drawn(page) == total
+            measured = page.evaluate(
+                "document.getElementById('lab-chart').data"
+                ".filter(t => !t.name.includes('predicted'))"
+                ".reduce((n, t) => n + t.x.length, 0)"
+            )
+            assert measured == total
+            # ... and what the server sent (embedded in the page + every SSE point event,
+            # over two connections) is each seq exactly once.
+            received = [p["seq"] for p in embedded] + sse(page)["seqs"]
+            assert sorted(received) == list(range(total)), "a point was lost or sent twice"
+            assert sse(page)["opens"] >= 2
+            print(f"\n{total} points over {sse(page)['opens']} connections, none lost or doubled")
+    finally:
+        redis_server.kill()
