@@ -20,6 +20,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     TRANSFORMERS_OFFLINE=1 \
     PYTHONPATH=/app \
     VAR_DIR=/app/var \
+    XDG_CACHE_HOME=/app/var/cache \
+    HF_HOME=/app/var/cache/huggingface \
     STATIC_ROOT=/app/staticfiles
 
 WORKDIR /app

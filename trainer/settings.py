@@ -1,9 +1,12 @@
 """Settings for the inference trainer: one module, everything read from the environment.
 
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL, REDIS_URL, CSRF_TRUSTED_ORIGINS,
-SECURE_SSL_REDIRECT, LAB_MAX_SECONDS, LAB_MAX_ACTIVE_RUNS, LAB_STALE_SECONDS, MOCK_TIME_SCALE,
-MOCK_DEADLINE_GRACE_S, MOCK_INVITE_HOURS, MOCK_LATE_CREDIT, RATELIMIT_* (rate limits). See
-.env.example.
+SECURE_SSL_REDIRECT, TRUST_X_FORWARDED_PROTO, SECURE_HSTS_SECONDS, SECURE_HSTS_PRELOAD,
+LAB_MAX_SECONDS, LAB_MAX_ACTIVE_RUNS, LAB_STALE_SECONDS, LAB_REQUEUE_EVERY_S, MOCK_TIME_SCALE,
+MOCK_DEADLINE_GRACE_S, MOCK_INVITE_HOURS, MOCK_LATE_CREDIT, ARITHMETIC_HINT_PENALTY,
+RATELIMIT_* (rate limits), LOG_LEVEL, STATIC_ROOT, VAR_DIR. See .env.example and
+docs/OPERATIONS.md ("Production settings"; tests/reliability/test_deploy.py checks that every
+variable read here is documented there).
 """
 
 from __future__ import annotations

@@ -338,26 +338,29 @@ def run_web_healthcheck(env: dict[str, str], port: int) -> subprocess.CompletedP
     return subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True)
 
 
-def test_the_web_healthcheck_passes_against_production_uvicorn(tmp_path, redis_url):
+def test_the_web_healthcheck_passes_then_fails_when_redis_goes(tmp_path):
+    """The compose healthcheck against production uvicorn: healthy with its own Redis up;
+    Redis stopped → /healthz answers 503 and the check fails (container unhealthy)."""
     import httpx
 
-    with production_uvicorn(tmp_path, redis_url) as (env, port):
-        probe = run_web_healthcheck(env, port)
-        assert probe.returncode == 0, probe.stderr
-        # Everything but /healthz still redirects to HTTPS, and a foreign Host is refused.
-        home = httpx.get(f"http://127.0.0.1:{port}/", headers={"Host": "trainer.example.com"})
-        assert home.status_code == 301 and home.headers["location"].startswith("https://")
-        bad = httpx.get(f"http://127.0.0.1:{port}/healthz", headers={"Host": "evil.example"})
-        assert bad.status_code == 400
+    from trainer import redis_server
 
-
-def test_the_web_healthcheck_fails_when_redis_is_down(tmp_path):
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    dead = f"redis://127.0.0.1:{sock.getsockname()[1]}/0"  # bound, never listening
+    sock_path = tmp_path / "r.sock"
+    redis_process = redis_server.start_embedded(sock_path)
     try:
-        with production_uvicorn(tmp_path, dead) as (env, port):
+        with production_uvicorn(tmp_path, f"unix://{sock_path}") as (env, port):
             probe = run_web_healthcheck(env, port)
+            assert probe.returncode == 0, probe.stderr
+            # Everything but /healthz still redirects to HTTPS; a foreign Host is refused.
+            host = {"Host": "trainer.example.com"}
+            home = httpx.get(f"http://127.0.0.1:{port}/", headers=host, timeout=30)
+            assert home.status_code == 301 and home.headers["location"].startswith("https://")
+            bad = httpx.get(
+                f"http://127.0.0.1:{port}/healthz", headers={"Host": "evil.example"}, timeout=30
+            )
+            assert bad.status_code == 400
+            redis_server.stop(redis_process, sock_path)
+            probe = run_web_healthcheck(env, port)
+            assert probe.returncode != 0 and "503" in probe.stderr, probe.stderr
     finally:
-        sock.close()
-    assert probe.returncode != 0 and "503" in probe.stderr
+        redis_server.stop(redis_process, sock_path)
