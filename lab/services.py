@@ -415,7 +415,11 @@ def requeue_lost_runs(grace_s: float = REQUEUE_GRACE_S) -> list[int]:
     Called by the workers on every (re)connection to the broker and periodically
     (trainer.celery.RequeueLostLabRuns)."""
     cutoff = timezone.now() - timedelta(seconds=grace_s)
-    queued = list(LabRun.objects.filter(status=LabRun.Status.QUEUED, created__lt=cutoff))
+    queued = list(
+        LabRun.objects.filter(status=LabRun.Status.QUEUED, created__lt=cutoff).exclude(
+            task_id=""  # start_run always sets one; a row made another way was never sent
+        )
+    )
     if not queued:
         return []
     present = task_ids_in_broker({run.queue for run in queued})
