@@ -2,7 +2,7 @@
 // request whose target is #autosave-status (practice answers, mock answers, follow-ups,
 // arithmetic steps). When one does not reach the server (connection refused while the web
 // process restarts) or gets a 5xx / 429, the status line says the text is NOT saved yet and
-// the save is sent again (1 s, 2 s, 4 s ... at most every 10 s) until the server takes it,
+// the save is sent again (1 s, 2 s, 4 s, then every 5 s) until the server takes it,
 // so a reload after the outage finds what was typed during it.
 (() => {
   const RETRYABLE = (status) => status === 0 || status === 429 || status >= 500;
@@ -24,7 +24,7 @@
     if (previous) clearTimeout(previous.timer);
     const attempt = previous ? previous.attempt + 1 : 1;
     showUnsaved(attempt);
-    const delay = Math.min(10000, 1000 * 2 ** (attempt - 1));
+    const delay = Math.min(5000, 1000 * 2 ** (attempt - 1));
     const timer = setTimeout(() => {
       if (!elt.isConnected) { timers.delete(elt); return; }
       // The same request again, with the box's current text (the form's values + hx-vals).

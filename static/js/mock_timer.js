@@ -60,7 +60,7 @@ document.addEventListener("DOMContentLoaded", () => {
       state.unsent = attempt;
       say("Time is up, but the server did not answer: your answers are still on this page and "
         + `are sent as soon as it does (attempt ${attempt}).`);
-      await sleep(Math.min(10000, 1000 * 2 ** (attempt - 1)));
+      await sleep(Math.min(5000, 1000 * 2 ** (attempt - 1)));
     }
   };
   window.mockClock = { questionLeft: () => left(clocks[0]), loopLeft: () => left(clocks[1]), state };

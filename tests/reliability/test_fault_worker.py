@@ -13,12 +13,14 @@ import os
 import re
 import signal
 import time
+from datetime import timedelta
 
 import pytest
 import redis
 from celery.result import AsyncResult
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django.utils import timezone
 from procs import Procs, QueueToOurselves
 
 from lab import services
@@ -29,7 +31,7 @@ pytestmark = [pytest.mark.celery_integration, pytest.mark.django_db(transaction=
 # Long enough to be killed mid-run (hundreds of points), short enough to finish if not.
 LONG_KV = {"tokens": 512, "prompt_tokens": 16, "every": 1, "block_size": 8}
 TINY_KV = {"tokens": 64, "prompt_tokens": 16, "every": 8, "block_size": 8}
-STALE_S = 3
+STALE_S = 2
 
 
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
@@ -105,7 +107,8 @@ def test_a_worker_killed_mid_run_fails_the_run_keeps_its_points_and_the_next_wor
         # The reaper (run by any lab page, the SSE loop, start_run) fails it once its
         # heartbeat is older than LAB_STALE_SECONDS.
         settings.LAB_STALE_SECONDS = STALE_S
-        time.sleep(STALE_S + 2.5)  # the last heartbeat was at most 2 s before the kill
+        stale = timedelta(seconds=STALE_S + 0.1)
+        wait_for(lambda: timezone.now() - fresh(killed).heartbeat > stale, what="stale")
         page = client.get(f"/lab/runs/{killed.pk}/")
         assert page.status_code == 200
         killed = fresh(killed)
