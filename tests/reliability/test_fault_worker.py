@@ -137,3 +137,29 @@ def test_a_worker_killed_mid_run_fails_the_run_keeps_its_points_and_the_next_wor
         assert [p.seq for p in killed.points.order_by("seq")] == list(range(kept))
         assert fresh(oom).status == "failed" and oom.points.count() == oom_kept
         assert "ready." in second.output(100_000) and second.alive()
+
+
+def test_a_message_delivered_again_never_reruns_or_rewrites_a_run(redis_url):
+    """The guards behind the policy, for every state a redelivered message can find (the
+    process test above covers `failed` end to end): only a `queued` run whose task id is the
+    message's is executed; a dead process fails only the run its message owns."""
+    user = get_user_model().objects.create_user("lee", password="pw-lee-12345")
+    for status in ("running", "failed", "done", "cancelled"):
+        run = LabRun.objects.create(
+            owner=user, lab="kv-cache-growth", params=TINY_KV, status=status, task_id=f"t-{status}"
+        )
+        run.points.create(seq=0, series="mha", x=1, y=2)
+        before = LabRun.objects.filter(pk=run.pk).values().get()
+        assert services.execute_run(run.pk, "lab@elsewhere", task_id=run.task_id) == status
+        assert LabRun.objects.filter(pk=run.pk).values().get() == before
+        assert run.points.count() == 1
+    queued = LabRun.objects.create(owner=user, lab="kv-cache-growth", task_id="mine")
+    assert services.execute_run(queued.pk, "lab@x", task_id="a-stale-message") == "stale"
+    assert not services.fail_lost_run(queued.pk, "a-stale-message", "It died.")
+    assert fresh(queued).status == "queued" and not queued.points.exists()
+    done = LabRun.objects.get(task_id="t-done")
+    assert not services.fail_lost_run(done.pk, "t-done", "It died.")
+    assert fresh(done).status == "done"
+    assert services.fail_lost_run(queued.pk, "mine", "It died.")
+    assert fresh(queued).status == "failed"
+    assert queued.error == "It died. The 0 points it recorded are kept. " + services.NOT_RERUN
