@@ -321,3 +321,41 @@ def test_the_site_keeps_working_while_redis_is_down_and_recovers_when_it_returns
             assert web.alive() and worker.alive()
     finally:
         redis_server.kill()
+
+
+def test_a_lab_run_is_refused_at_once_and_not_recorded_when_redis_does_not_answer(settings):
+    from lab import services
+
+    user = get_user_model().objects.create_user("bo", password=PASSWORD)
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    with pytest.raises(services.QueueUnavailable, match="The lab queue is unavailable"):
+        services.start_run(user, LAB, dict(TINY_KV))
+    assert not LabRun.objects.exists()
+
+
+def test_only_queued_runs_whose_message_is_gone_are_sent_again(settings, redis_url):
+    """requeue_lost_runs reads the broker itself: a message still waiting is left alone; one
+    deleted from Redis is sent again with the same task id; cancelled runs are not."""
+    from procs import QueueToOurselves
+
+    from lab import services
+    from trainer.celery import app
+
+    settings.REDIS_URL = redis_url
+    user = get_user_model().objects.create_user("cy", password=PASSWORD)
+    with QueueToOurselves("lab-cpu"):  # no in-process worker takes these messages
+        try:
+            run = services.start_run(user, LAB, dict(TINY_KV))
+            other = services.start_run(user, LAB, dict(TINY_KV))
+            services.cancel_run(other)
+            assert run.task_id in services.task_ids_in_broker({"lab-cpu"})
+            assert services.requeue_lost_runs(grace_s=0) == []  # still in the queue
+            redis.Redis.from_url(redis_url).delete("lab-cpu")  # as a Redis restart would
+            assert run.task_id not in services.task_ids_in_broker({"lab-cpu"})
+            assert services.requeue_lost_runs(grace_s=60) == []  # too young to tell
+            assert services.requeue_lost_runs(grace_s=0) == [run.pk]
+            assert run.task_id in services.task_ids_in_broker({"lab-cpu"})
+            assert services.requeue_lost_runs(grace_s=0) == []  # sent once, not twice
+        finally:
+            LabRun.objects.filter(status="queued").update(status="cancelled")
+            app.control.purge()
