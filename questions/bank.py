@@ -42,11 +42,11 @@ class MisconceptionIn(_Strict):
     feedback: str = Field(min_length=1)
 
 
-class StepIn(_Strict):
-    name: str
+class StepIn(_Strict):  # lengths as the database's columns (questions.models)
+    name: str = Field(max_length=64)
     prompt: str = Field(min_length=1)
     expression: str | int | float
-    unit: str
+    unit: str = Field(max_length=64)
     rtol: float = Field(default=0.01, ge=0)
     atol: float = Field(default=0.0, ge=0)
     hints: list[str] = []
@@ -89,7 +89,7 @@ class ParameterIn(_Strict):
 
 class ProblemIn(_Strict):
     parameters: dict[str, ParameterIn] = Field(min_length=1)
-    condition: str = ""
+    condition: str = Field(default="", max_length=500)
     steps: list[StepIn] = Field(min_length=1)
 
 
@@ -127,7 +127,7 @@ class TopicIn(_Strict):
     slug: str = Field(pattern=r"^[a-z0-9]+(?:[-.][a-z0-9]+)*$", max_length=80)
     title: str = Field(min_length=1, max_length=200)
     summary: str = ""
-    order: int = Field(default=0, ge=0)
+    order: int = Field(default=0, ge=0, le=2**31 - 1)  # the column is a 32-bit integer
 
 
 class TopicFileIn(_Strict):
@@ -141,8 +141,8 @@ class LoopItemIn(_Strict):
 
 
 class LoopIn(_Strict):
-    slug: str = Field(pattern=r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-    title: str = Field(min_length=1)
+    slug: str = Field(pattern=r"^[a-z0-9]+(?:-[a-z0-9]+)*$", max_length=80)
+    title: str = Field(min_length=1, max_length=200)
     description: str = ""
     items: list[LoopItemIn] = Field(min_length=1)
 
@@ -199,15 +199,19 @@ def _read_yaml(path: Path, errors: list[BankError]) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        errors.append(
-            BankError(path.name, where, f"is not valid YAML: {getattr(exc, 'problem', exc)}")
-        )
+        reason = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
+        errors.append(BankError(path.name, where, f"is not valid YAML: {reason}"))
     except OSError as exc:
         errors.append(BankError(path.name, "", f"cannot be read: {exc}"))
     return None
 
 
 def _parse(model: type[BaseModel], data: Any, file: str, errors: list[BankError]):
+    if not isinstance(data, dict):
+        top = "`loops:`" if model is LoopsFileIn else "`topic:` and `questions:`"
+        kind = type(data).__name__
+        errors.append(BankError(file, "", f"must be a mapping with {top} at the top, not {kind}"))
+        return None
     try:
         return model.model_validate(data)
     except ValidationError as exc:

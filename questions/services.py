@@ -225,6 +225,24 @@ def _question_apply(question: Question, data: dict[str, Any]) -> None:
         )
 
 
+def loop_questions_missing(bank: bank_files.Bank) -> list[bank_files.BankError]:
+    """Loop items naming a question that is neither in `bank` nor in the database (read_bank
+    checks the bank alone, and cannot when loops.yaml is loaded on its own)."""
+    wanted = {item.question for loop in bank.loops for item in loop.items}
+    known = {q.slug for q in bank.questions}
+    known |= set(Question.objects.filter(slug__in=wanted - known).values_list("slug", flat=True))
+    return [
+        bank_files.BankError(
+            bank_files.LOOPS_FILE,
+            f"loops[{i}] ({loop.slug}) > items[{j}] > question",
+            f"no question with slug {item.question!r} in the bank or the database",
+        )
+        for i, loop in enumerate(bank.loops)
+        for j, item in enumerate(loop.items)
+        if item.question not in known
+    ]
+
+
 @transaction.atomic
 def bank_load(bank: bank_files.Bank) -> Counter:
     """Upsert a validated bank; never deletes questions (learners' attempts point at them).

@@ -3,7 +3,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from questions.bank import read_bank
-from questions.services import bank_load
+from questions.services import bank_load, loop_questions_missing
 
 
 class Command(BaseCommand):
@@ -17,6 +17,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, files: list[Path], **options) -> None:
         bank = read_bank(files or None)
+        if not bank.errors:  # (several files: read_bank has checked the loops already)
+            bank.errors.extend(loop_questions_missing(bank))
         if bank.errors:
             for error in bank.errors:
                 self.stderr.write(str(error))
