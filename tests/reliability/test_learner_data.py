@@ -29,6 +29,8 @@ from django.test import Client
 
 from lab import services as lab_services
 from lab import streams
+from lab.labs import LABS
+from lab.labs.base import Chart, Lab, Param, Point, Series
 from mock import live
 from mock import services as mock_services
 from questions.models import Loop, Question
@@ -42,7 +44,20 @@ UNSENT = "ADA-UNSENT-DRAFT: a draft never submitted"
 FOLLOW_UP = "ADA-FOLLOW-UP: at 32K the prefill grows quadratically in attention"
 NOTES = "BOB-NOTES: clear on prefill vs decode"
 ADA_NOTES_ON_CY = "ADA-NOTES-ON-CY: good"
-TINY_KV = {"tokens": 48, "prompt_tokens": 20, "every": 8, "block_size": 8}
+
+
+class Squares(Lab):
+    slug = "test-squares"
+    title = "n points of y = x²"
+    summary = "test double"
+    topics = ()
+    params = (Param("n", "n", "int", 4, min=1, max=50),)
+    series = (Series("s", "s"),)
+    chart = Chart("x", "y")
+
+    def run(self, ctx):
+        for i in range(ctx.params["n"]):
+            yield Point("s", i, i * i)
 
 
 def owned_models() -> set[str]:
@@ -72,7 +87,7 @@ def owned_models() -> set[str]:
 
 
 @pytest.fixture
-def world(settings, redis_url):
+def world(settings, redis_url, monkeypatch):
     settings.REDIS_URL = redis_url
     settings.MOCK_TIME_SCALE = 1.0
     call_command("load_bank", verbosity=0)
@@ -97,8 +112,10 @@ def world(settings, redis_url):
     practice.hint_reveal(attempt=sums, step_name=step.name)
     practice.step_answer_submit(attempt=sums, step_name=step.name, raw=f"12345 {step.unit}")
 
-    # A lab run executed in-process: points in the DB and in its Redis stream.
-    run = lab_services.start_run(ada, "kv-cache-growth", TINY_KV)
+    # A lab run through the lab services, executed in-process: points in the DB and in its
+    # Redis stream (a small stand-in lab: the bundled labs have their own tests).
+    monkeypatch.setitem(LABS, Squares.slug, Squares())
+    run = lab_services.start_run(ada, Squares.slug, {"n": 8})
     assert lab_services.execute_run(run.pk, "worker-test") == "done"
 
     # Ada's mock, interviewed and marked by bob, finished (graded) with a follow-up.
@@ -191,8 +208,8 @@ def test_export_holds_everything_and_delete_removes_it_all(world, tmp_path, monk
     assert rows["trainer.ReviewLog"][0]["fields"]["rating"] in {1, 2, 3, 4}
     # Lab runs with params and points.
     run = rows["lab.LabRun"][0]["fields"]
-    assert run["params"]["tokens"] == 48 and run["status"] == "done"
-    assert len(rows["lab.LabPoint"]) >= 6
+    assert run["params"] == {"n": 8} and run["status"] == "done"
+    assert [p["fields"]["y"] for p in rows["lab.LabPoint"]] == [i * i for i in range(8)]
     # Mock: follow-up answers, the interviewer's notes, the invite, the scorecard.
     assert rows["mock.FollowUpAnswer"][0]["fields"]["answer"] == FOLLOW_UP
     assert any(r["fields"]["interviewer_notes"] == NOTES for r in rows["mock.MockItem"])
