@@ -56,7 +56,7 @@ def test_kv_growth_lab_streams_to_the_chart_and_survives_a_reload(page: Page, as
     page.get_by_label("Point every").fill("2")  # many points: time to reload mid-run
     submitted = time.perf_counter()
     page.get_by_role("button", name="Start the run").click()
-    page.wait_for_function("window.labRun && window.labRun.drawn > 0", timeout=30_000)
+    page.wait_for_function("() => window.labRun && window.labRun.drawn > 0", timeout=30_000)
     first_point_s = time.perf_counter() - submitted
     print(f"\nKV-growth lab: submit -> first point on the chart: {first_point_s:.2f} s")
     # Predicted curves are there from the start; measured points keep arriving.
@@ -66,9 +66,9 @@ def test_kv_growth_lab_streams_to_the_chart_and_survives_a_reload(page: Page, as
     assert len(traces) == 6
     assert dict(traces)["GQA predicted"] == 2  # drawn from the start: 0 and N tokens
     run = LabRun.objects.get()
-    page.wait_for_function("window.labRun.drawn >= 20", timeout=60_000)
+    page.wait_for_function("() => window.labRun.drawn >= 20", timeout=60_000)
     page.reload()
-    page.wait_for_function("window.labRun && window.labRun.ended", timeout=120_000)
+    page.wait_for_function("() => window.labRun && window.labRun.ended", timeout=120_000)
     expect(page.locator("#run-status")).to_have_text("Done")
     run.refresh_from_db()
     total = run.points.count()
