@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 
 import redis
 from asgiref.sync import sync_to_async
@@ -142,11 +143,14 @@ def mark(request: HttpRequest, mock_id: int, order: int) -> HttpResponse:
     item = get_object_or_404(
         MockItem.objects.select_related("mock", "question"), mock=mock, order=order
     )
-    points = [int(p) for p in request.POST.getlist("point") if p.isdigit()]
+    # isdecimal, not isdigit: "²" is a digit int() refuses; 9 digits keep int() in its limit
+    points = [int(p) for p in request.POST.getlist("point") if p.isdecimal() and len(p) < 10]
     raw_score = request.POST.get("score_10", "").strip()
     try:
         score_10 = float(raw_score) if raw_score else None
     except ValueError:
+        score_10 = None
+    if score_10 is not None and not math.isfinite(score_10):  # "nan" scored as 10/10
         score_10 = None
     item = services.interviewer_mark(
         item=item,

@@ -128,7 +128,8 @@ def answer_regrade(request: HttpRequest, attempt_id: int) -> HttpResponse:
 @require_POST
 def self_assess(request: HttpRequest, attempt_id: int) -> HttpResponse:
     attempt = own_attempt(request, attempt_id)
-    points = [int(p) for p in request.POST.getlist("point") if p.isdigit()]
+    # isdecimal, not isdigit: "²" is a digit int() refuses; 9 digits keep int() in its limit
+    points = [int(p) for p in request.POST.getlist("point") if p.isdecimal() and len(p) < 10]
     services.self_assessment_save(attempt=attempt, points=points)
     if request.htmx:
         return render(request, "trainer/_self_assessment.html", scenario_context(attempt))
