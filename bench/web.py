@@ -513,8 +513,8 @@ def lab_tables(lab: LabResult) -> None:
         )
     if any((r.first_point_s or 0) > 10 for r in lab.runs):
         print(
-            "A run waited over 10 s for its first point: with one lab worker process the "
-            "second run queues behind the first (run_all --concurrency 2)."
+            "A run waited over 10 s for its first point: queued behind the other run (one lab "
+            "worker process: start run_all with --concurrency 2) or a slow worker."
         )
     table(lab.rec)
 
