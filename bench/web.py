@@ -6,7 +6,7 @@
 Start the server for it with two lab runs at once and the per-address rate limits off (every
 simulated learner comes from 127.0.0.1; docs/OPERATIONS.md "Rate limits"):
 
-    RATELIMIT_SIGNUP_IP=off RATELIMIT_LOGIN_IP=off RATELIMIT_LAB_RUN=off \
+    RATELIMIT_SIGNUP_IP=off RATELIMIT_LOGIN_IP=off RATELIMIT_LAB_RUN=off \\
         python -m manage run_all --concurrency 2
 
 Each learner signs up (its own account), then loops until time is up: home page, a topic
