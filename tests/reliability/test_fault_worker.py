@@ -59,6 +59,15 @@ def broker_task_ids(redis_url: str) -> tuple[set[str], set[str]]:
     return queued, unacked
 
 
+def delivered_at(redis_url: str, task_id: str) -> float:
+    """When kombu delivered the (unacknowledged) message of `task_id` to a worker."""
+    client = redis.Redis.from_url(redis_url)
+    for tag, value in client.hgetall("unacked").items():
+        if json.loads(value)[0]["headers"]["id"] == task_id:
+            return client.zscore("unacked_index", tag)
+    raise AssertionError(f"no unacknowledged message for {task_id}")
+
+
 def fresh(run: LabRun) -> LabRun:
     run.refresh_from_db()
     return run
@@ -77,8 +86,9 @@ def test_a_worker_killed_mid_run_fails_the_run_keeps_its_points_and_the_next_wor
         # process sees it at once, fails the run, and forks a new pool process.
         oom = services.start_run(user, "kv-cache-growth", LONG_KV)
         wait_for(lambda: oom.points.count() >= 5, what="points from the first run")
-        (child,) = [pid for pid in first.group_pids() if pid != first.pid]
-        os.kill(child, signal.SIGKILL)
+        pool = [pid for pid in first.group_pids() if pid != first.pid]
+        assert len(pool) == 1, pool  # concurrency 1: one pool process, running this run
+        os.kill(pool[0], signal.SIGKILL)
         wait_for(lambda: fresh(oom).status == "failed", timeout=30, what="the run to fail")
         oom_kept = oom.points.count()
         assert "died (Worker exited prematurely: signal 9 (SIGKILL)" in oom.error, oom.error
@@ -122,10 +132,15 @@ def test_a_worker_killed_mid_run_fails_the_run_keeps_its_points_and_the_next_wor
         verdict = (killed.status, killed.error, killed.finished)
         assert fresh(waiting).status == "queued"  # no worker: it waits, it is not lost
 
-        # A new worker process. Its visibility timeout (4 x LAB_MAX_SECONDS = 8 s) is far
-        # below the killed message's age, so at start it puts that unacknowledged message
-        # back: the killed run is delivered again, alongside the queued one.
-        second = procs.worker("lab-b", LAB_MAX_SECONDS="2")
+        # A new worker process. Its visibility timeout (4 x LAB_MAX_SECONDS = 4 s) is below
+        # the killed message's age, so at start it puts that unacknowledged message back:
+        # the killed run is delivered again, alongside the queued one.
+        visibility_s = 4 * 1
+        wait_for(
+            lambda: time.time() - delivered_at(redis_url, killed.task_id) > visibility_s + 0.5,
+            what="the killed message to be older than the visibility timeout",
+        )
+        second = procs.worker("lab-b", LAB_MAX_SECONDS="1")
         wait_for(lambda: fresh(waiting).status == "done", timeout=60, what="the queued run")
         assert waiting.worker == second.info["node"] and waiting.error == ""
         assert waiting.points.count() >= 14
