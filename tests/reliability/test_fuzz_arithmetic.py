@@ -232,7 +232,7 @@ def test_step_units_parse_answers_or_explain(unit):
 SLUG = "kv-arith-sequences-that-fit"
 # A request renders the whole step list (~0.1 s here): the view gets fewer cases than the
 # functions above, which see every answer it passes on.
-VIEW_CASES = 150
+VIEW_CASES = 100
 
 
 @pytest.mark.django_db
