@@ -117,7 +117,7 @@ def test_mock_interview_survives_a_web_restart(page: Page, redis_url, ada):
 
         # The question's time runs out while the web is down again: the page stays, with
         # everything typed, and sends it once a server answers.
-        MockItem.objects.filter(pk=item.pk).update(deadline=timezone.now() + timedelta(seconds=5))
+        MockItem.objects.filter(pk=item.pk).update(deadline=timezone.now() + timedelta(seconds=7))
         page.reload()
         web.kill()
         box.press("Control+End")  # after the reload the caret is at the start
