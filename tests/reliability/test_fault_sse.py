@@ -1,18 +1,21 @@
 """A browser losing its live connection mid-run (headless Chromium, real processes: our own
 `redis-server`, `uvicorn trainer.asgi:application` and `celery -A trainer worker`).
 
-The lab run page draws points pushed over SSE. Mid-run the web server is killed (SIGKILL)
-and started again on the same port; the browser is offline meanwhile and for a few seconds
-after (Chromium's offline mode does not cut an open stream, so the kill does), so
-reconnection attempts fail for both reasons; then one gets a proxy's 502, on which
-EventSource gives up and the page must open a new one. Reconnections resume after the last
-point drawn (`Last-Event-ID` / `last_id`); the chart must end with exactly the run's
-points: none lost, none drawn twice, and the server must not have sent any point twice
-either (every `point` event the page received is recorded)."""
+The lab run page draws points pushed over SSE. Twice mid-run the web server is killed
+(SIGKILL) and started again on the same port (the worker is paused meanwhile, so the run is
+surely still measuring when the stream returns). The first time the browser is also
+offline for a while (Chromium's offline mode does not cut an open stream, so the kill
+does): EventSource's own retries fail, then one succeeds with `Last-Event-ID`. The second
+time a retry gets a proxy's 502, on which EventSource gives up: the page opens a new one
+(`?last_id=`). The chart must end with exactly the run's points: none lost, none drawn
+twice, and the server must not have sent any point twice either (every `point` event the
+page received is recorded)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 
 import pytest
@@ -77,8 +80,9 @@ def test_the_chart_keeps_every_point_once_across_dropped_connections(
     get_user_model().objects.create_user("ada", password=PASSWORD)
     redis_server = RedisServer(log_dir=tmp_path).start()
     try:
-        with Procs(redis_server.url) as procs:
-            procs.worker("ssefault", queues="lab-cpu", OMP_NUM_THREADS="1")
+        # The worker is paused for a while below: its run must not be reaped as dead.
+        with Procs(redis_server.url, LAB_STALE_SECONDS="600") as procs:
+            worker = procs.worker("ssefault", queues="lab-cpu", OMP_NUM_THREADS="1")
             port = free_port()
             web = procs.web(port)
             base = web.info["url"]
@@ -97,18 +101,35 @@ def test_the_chart_keeps_every_point_once_across_dropped_connections(
             run = LabRun.objects.get()
             embedded = json.loads(page.locator("#lab-run-data").text_content())["points"]
 
-            # The web server dies (SIGKILL) mid-stream; the browser is offline while a new
-            # one starts on the same port and for a few seconds after, so reconnection
-            # attempts fail for both reasons before one succeeds.
+            requests = []  # every stream request the page makes from now on
+            page.on("request", lambda r: "/events" in r.url and requests.append(r))
+
+            # Drop 1: the web server dies (SIGKILL) mid-stream; the browser is offline while
+            # a new one starts on the same port and for a few seconds after, so EventSource's
+            # own retries fail for both reasons before one succeeds. The worker is paused
+            # (SIGSTOP) meanwhile, so that however fast this machine is, the run is still
+            # mid-run when the stream comes back; it is resumed after.
+            os.killpg(worker.pid, signal.SIGSTOP)
             before = sse(page)
             web.kill()
             wait_for(lambda: sse(page)["errors"] > before["errors"], 30, "the stream to drop")
+            last_drawn = page.evaluate("window.labRun.lastSeq")
             context.set_offline(True)
-            procs.web(port)
+            web = procs.web(port)
             time.sleep(4.0)  # longer than EventSource's retry delay (3 s in Chromium)
             assert sse(page)["opens"] == before["opens"]
-            # The next attempt gets a proxy's 502, on which EventSource gives up for good:
-            # the page must open a new one by itself.
+            context.set_offline(False)
+            wait_for(lambda: sse(page)["opens"] > before["opens"], 60, "a reconnection")
+            resent = [r.all_headers().get("last-event-id") for r in requests]
+            assert str(last_drawn) in resent  # the browser's own retry sent Last-Event-ID
+            assert LabRun.objects.get(pk=run.pk).status == "running"
+            os.killpg(worker.pid, signal.SIGCONT)
+            at = drawn(page)
+            wait_for(lambda: drawn(page) > at, 60, "new points after the reconnection")
+            print(f"\ndrop 1: {sse(page)['errors'] - before['errors']} connection errors")
+
+            # Drop 2: killed again, and the first retry gets a proxy's 502, on which
+            # EventSource gives up for good: the page must open a new one by itself.
             bad_gateway: list[str] = []
 
             def first_attempt_fails(route):
@@ -118,14 +139,18 @@ def test_the_chart_keeps_every_point_once_across_dropped_connections(
                     bad_gateway.append(route.request.url)
                     route.fulfill(status=502, body="Bad Gateway")
 
+            os.killpg(worker.pid, signal.SIGSTOP)
+            before = sse(page)
             page.route("**/lab/runs/*/events*", first_attempt_fails)
-            context.set_offline(False)
-            wait_for(lambda: sse(page)["opens"] > before["opens"], 60, "a reconnection")
+            web.kill()
+            wait_for(lambda: sse(page)["errors"] > before["errors"], 30, "the stream to drop")
+            web = procs.web(port)
+            wait_for(lambda: sse(page)["opens"] > before["opens"], 60, "a new EventSource")
             assert len(bad_gateway) == 1
+            assert LabRun.objects.get(pk=run.pk).status == "running"
+            os.killpg(worker.pid, signal.SIGCONT)
             at = drawn(page)
-            wait_for(lambda: drawn(page) > at, 60, "new points after the reconnection")
-            assert LabRun.objects.get(pk=run.pk).status == "running"  # still mid-run
-            print(f"\n{sse(page)['errors'] - before['errors']} connection errors before it")
+            wait_for(lambda: drawn(page) > at, 60, "new points after the second reconnection")
 
             # End the run (cancel: stops at its next point) and let the stream close.
             page.get_by_role("button", name="Cancel").click()
@@ -144,10 +169,10 @@ def test_the_chart_keeps_every_point_once_across_dropped_connections(
             )
             assert measured == total
             # ... and what the server sent (embedded in the page + every SSE point event,
-            # over two connections) is each seq exactly once.
+            # over three connections) is each seq exactly once.
             received = [p["seq"] for p in embedded] + sse(page)["seqs"]
             assert sorted(received) == list(range(total)), "a point was lost or sent twice"
-            assert sse(page)["opens"] >= 2
+            assert sse(page)["opens"] >= 3
             print(f"\n{total} points over {sse(page)['opens']} connections, none lost or doubled")
     finally:
         redis_server.kill()
