@@ -105,10 +105,12 @@ def predicted_points(run: LabRun) -> list[dict[str, Any]]:
 def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) -> LabRun:
     """Validate, check the user's limit, create and enqueue a run (after commit).
 
-    Raises KeyError (unknown lab), LabParamError (bad params), RunRefused (limit/no GPU)."""
+    Raises KeyError (unknown lab), LabParamError (bad params), RunRefused (limit/no GPU),
+    QueueUnavailable (Redis down: nothing recorded)."""
     lab = get_lab(slug)
     params = lab.clean(raw_params)
     queue = "lab-gpu" if (lab.needs_gpu or gpu) else "lab-cpu"
+    _check_broker()  # first: with Redis down no worker answers, but that is not the reason
     if queue == "lab-gpu" and not any("lab-gpu" in w["queues"] for w in workers_online()):
         raise RunRefused(
             "No worker serves the lab-gpu queue right now, so a GPU run would only wait. "
@@ -119,7 +121,6 @@ def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) ->
             )
         )
     reap_stale_runs()
-    _check_broker()
     limit = settings.LAB_MAX_ACTIVE_RUNS
     with transaction.atomic():
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()  # serialise
