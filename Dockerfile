@@ -48,4 +48,5 @@ USER trainer
 EXPOSE 8000
 # The web process; the compose file gives the workers and the migrate job their own commands.
 CMD ["python", "-m", "uvicorn", "trainer.asgi:application", "--host", "0.0.0.0", "--port", "8000", \
-     "--workers", "2", "--proxy-headers", "--timeout-graceful-shutdown", "5"]
+     "--workers", "2", "--proxy-headers", "--timeout-graceful-shutdown", "5", \
+     "--timeout-worker-healthcheck", "30"]
