@@ -25,6 +25,10 @@ from trainer.grading.arithmetic import AnswerError
 from trainer.models import Attempt
 from trainer.reviews import review_record
 
+# Longest step draft and interviewer notes stored (the inputs carry them as maxlength).
+STEP_DRAFT_MAX_CHARS = 200
+NOTES_MAX_CHARS = 5_000
+
 
 class MockError(Exception):
     """A request the mock cannot honour; the message says what to do instead."""
@@ -127,14 +131,14 @@ def draft_save(*, item: MockItem, slot: str, text: str = "", steps: dict | None 
     if slot == "main" and item.attempt is not None:
         practice.draft_save(attempt=item.attempt, text=text)
     elif slot == "steps":
-        item.step_drafts = {k: str(v)[:200] for k, v in (steps or {}).items()}
+        item.step_drafts = {k: str(v)[:STEP_DRAFT_MAX_CHARS] for k, v in (steps or {}).items()}
         item.step_drafts_saved = now
         item.save(update_fields=["step_drafts", "step_drafts_saved"])
         text = "\n".join(f"{k}: {v}" for k, v in item.step_drafts.items())
     elif slot.startswith("fu-"):
         row = _follow_up_row(item, int(slot.removeprefix("fu-")))
         if row.submitted is None:
-            row.draft, row.draft_saved = text[:20_000], now
+            row.draft, row.draft_saved = text[: practice.ANSWER_MAX_CHARS], now
             row.save(update_fields=["draft", "draft_saved"])
     else:
         raise MockError(f"No answer box {slot!r}.")
@@ -151,7 +155,7 @@ def answer_submit(*, item: MockItem, text: str) -> MockItem:
         attempt = Attempt.objects.select_for_update().get(pk=item.attempt_id)
         if attempt.submitted is not None:
             raise MockError("This question is already answered; its first answer is kept.")
-        attempt.answer = attempt.draft = text[:20_000]
+        attempt.answer = attempt.draft = text[: practice.ANSWER_MAX_CHARS]
         attempt.submitted = now
         attempt.save(update_fields=["answer", "draft", "submitted"])
         item.answered, item.late = now, is_late(item, now)
@@ -216,7 +220,7 @@ def follow_up_submit(*, item: MockItem, index: int, text: str) -> FollowUpAnswer
     if current is None or current.index != index:
         raise MockError("That follow-up is not the one being asked now.")
     now = timezone.now()
-    current.answer = current.draft = text[:20_000]
+    current.answer = current.draft = text[: practice.ANSWER_MAX_CHARS]
     current.submitted, current.late = now, is_late(item, now)
     current.save(update_fields=["answer", "draft", "submitted", "late"])
     _publish_answer(item, f"fu-{index}", text)
@@ -398,7 +402,7 @@ def interviewer_mark(
     earned = sum(rubric[i].weight for i in chosen if not rubric[i].penalty)
     lost = sum(rubric[i].weight for i in chosen if rubric[i].penalty)
     item.interviewer_points = chosen
-    item.interviewer_notes = notes[:5_000]
+    item.interviewer_notes = notes[:NOTES_MAX_CHARS]
     if earnable:
         item.interviewer_score = max(0.0, min(1.0, (earned - lost) / earnable))
     elif score_10 is not None:

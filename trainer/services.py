@@ -132,10 +132,15 @@ def _step(problem: problems.Problem, step_name: str) -> problems.Step:
 # --- scenario and design answers ---------------------------------------------------------
 
 
+# The longest answer stored; the answer boxes carry it as maxlength, so the browser stops
+# typing there instead of the tail being dropped silently (a crafted post is still cut).
+ANSWER_MAX_CHARS = 20_000
+
+
 def draft_save(*, attempt: Attempt, text: str) -> Attempt:
     """Autosave: keep what the learner typed (until the answer is submitted)."""
     if attempt.submitted is None:
-        attempt.draft = text[:20_000]
+        attempt.draft = text[:ANSWER_MAX_CHARS]
         attempt.draft_saved = timezone.now()
         attempt.save(update_fields=["draft", "draft_saved"])
     return attempt
@@ -148,7 +153,7 @@ def attempt_submit(*, attempt: Attempt, answer: str) -> Attempt:
         locked = Attempt.objects.select_for_update().get(pk=attempt.pk)
         if locked.submitted is not None:
             return locked
-        locked.answer = locked.draft = answer[:20_000]
+        locked.answer = locked.draft = answer[:ANSWER_MAX_CHARS]
         locked.submitted = timezone.now()
         locked.save(update_fields=["answer", "draft", "submitted"])
     return attempt_grade(attempt=locked)
