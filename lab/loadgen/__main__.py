@@ -271,6 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         data = results if args.sweep is not None else results[0]
         args.out.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
+    if all(r["summary"]["completed"] == 0 for r in results):
+        # A run where nothing succeeded measured nothing: fail loudly (scripts check $?).
+        first = next((q["error"] for r in results for q in r["requests"] if q.get("error")), "")
+        print(f"{PROG}: error: no request succeeded (first error: {first})", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -346,6 +346,15 @@ def test_cli_sweep(fake, capsys):
     assert "TTFT p50" in printed
 
 
+def test_cli_fails_when_no_request_succeeds(fake, capsys):
+    fake, url = fake
+    argv = ["--url", url, "--num-requests", "2", "--output-len", "5", "--no-progress"]
+    assert main([*argv, "--extra-body", '{"fake": "400"}']) == 1
+    captured = capsys.readouterr()
+    assert "Failed requests:                         2" in captured.out
+    assert "no request succeeded (first error: http 400: max_tokens too big" in captured.err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
