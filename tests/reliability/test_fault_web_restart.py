@@ -5,6 +5,8 @@ with every point exactly once while the run streams to completion."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from datetime import timedelta
 
@@ -137,15 +139,21 @@ def test_mock_interview_survives_a_web_restart(page: Page, redis_url, ada):
 
 def test_live_lab_chart_survives_a_web_restart(page: Page, redis_url, ada):
     port = free_port()
-    with QueueToOurselves("lab-cpu"), Procs(redis_url) as procs:
+    # The worker is paused across the outage: no stale-run reaping meanwhile.
+    with QueueToOurselves("lab-cpu"), Procs(redis_url, LAB_STALE_SECONDS="600") as procs:
         web = procs.web(port, wait=False)
-        procs.wait(procs.worker("lab-w", wait=False), web)
+        worker = procs.worker("lab-w", wait=False)
+        procs.wait(worker, web)
         base = web.info["url"]
         log_in(page, base)
         run = lab_services.start_run(ada, "kv-cache-growth", RUN_KV)
         page.goto(f"{base}/lab/runs/{run.pk}/")
         wait_js(page, "window.labRun && window.labRun.drawn >= 4", timeout=60)
 
+        # The worker is paused (SIGSTOP) while the web is down and restarting, so however
+        # fast this machine is the run is still mid-run when the stream comes back (on a
+        # quiet machine it once finished during the restart); it is resumed after.
+        os.killpg(worker.pid, signal.SIGSTOP)
         web.kill()
         before = {name: (x, y) for name, x, y in page.evaluate(MEASURED_TRACES)}
         drawn_before = sum(len(x) for x, _ in before.values())
@@ -153,6 +161,7 @@ def test_live_lab_chart_survives_a_web_restart(page: Page, redis_url, ada):
         assert run.status == "running", "the run must still be going when the web dies"
         procs.web(port)
         assert fresh(run).status == "running", "the run must stream on after the restart"
+        os.killpg(worker.pid, signal.SIGCONT)
 
         # No reload: the page's EventSource reconnects by itself (Last-Event-ID).
         wait_js(page, "window.labRun.ended", timeout=120)
