@@ -72,6 +72,12 @@ def live_worker(redis_url):
     from trainer.celery import app
 
     app.control.purge()  # messages left by an earlier, interrupted test session
+    # No periodic lost-message check in this session-long worker: fault tests run their own
+    # broker and workers on the same test database, and this worker, seeing their queued
+    # runs missing from *its* broker, would send them again here and run them itself.
+    from django.conf import settings
+
+    settings.LAB_REQUEUE_EVERY_S = 0
     with start_worker(
         app,
         pool="solo",
