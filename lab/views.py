@@ -214,7 +214,7 @@ async def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
     if not user.is_authenticated:
         return HttpResponseForbidden("Log in to watch a lab run.")
     run = await LabRun.objects.filter(pk=run_id).afirst()
-    if run is None or not services.can_view(user, run):
+    if run is None or not await sync_to_async(services.can_view)(user, run):
         raise Http404("No such run")
     response = StreamingHttpResponse(
         _stream(run_id, _last_seq(request)), content_type="text/event-stream"

@@ -8,10 +8,6 @@ from pathlib import Path
 
 import pytest
 
-# Playwright's sync API runs an event loop in the test thread; the ORM calls the tests make
-# around it are still plain synchronous code.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 
 
@@ -34,6 +30,82 @@ def browser_type_launch_args(browser_type_launch_args):
             "--disable-quic",
         ],
     }
+
+
+# Playwright's sync API runs its event loop in the test's own thread for as long as
+# Playwright is started, so Django's async-safety check (rightly) refuses ORM calls made there
+# meanwhile. No test turns that check off (the flag that does hid a real 500 in an async
+# view once). Instead:
+# - Playwright lives for one test only (the fixtures below replace pytest-playwright's
+#   session-scoped ones), started after the test database and stopped before it is flushed,
+#   so fixtures, setup and teardown run with no loop in the thread;
+# - ORM calls a browser test makes while Playwright runs go through the `orm` fixture, which
+#   runs them in a worker thread.
+
+
+@pytest.fixture
+def playwright(request, _pw_api_request_contexts):
+    from playwright.sync_api import sync_playwright
+
+    if "_django_db_helper" in request.fixturenames:  # DB first: flushed after Playwright stops
+        request.getfixturevalue("_django_db_helper")
+    pw = sync_playwright().start()
+    if _pw_api_request_contexts:
+        _pw_api_request_contexts.instrument(pw)
+    yield pw
+    pw.stop()
+
+
+@pytest.fixture
+def browser_type(playwright, browser_name):
+    return getattr(playwright, browser_name)
+
+
+@pytest.fixture
+def launch_browser(browser_type_launch_args, browser_type):
+    def launch(**kwargs):
+        return browser_type.launch(**{**browser_type_launch_args, **kwargs})
+
+    return launch
+
+
+@pytest.fixture
+def browser(launch_browser):
+    browser = launch_browser()
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def browser_context_args(pytestconfig, playwright, device, base_url, _pw_artifacts_folder):
+    args = dict(playwright.devices[device]) if device else {}
+    if base_url:
+        args["base_url"] = base_url
+    if pytestconfig.getoption("--video") in ("on", "retain-on-failure"):
+        args["record_video_dir"] = _pw_artifacts_folder.name
+    return args
+
+
+@pytest.fixture
+def orm():
+    """`orm(fn, *args)`: fn's result, computed in a worker thread (with its own DB connection,
+    closed afterwards). For the ORM calls a browser test makes while Playwright's loop runs
+    in the test thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    def call(fn, *args, **kwargs):
+        def run():
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                connections.close_all()
+
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(run).result()
+
+    return call
 
 
 @pytest.fixture(autouse=True)

@@ -39,8 +39,9 @@ def drawn(page: Page) -> int:
     return page.evaluate("window.labRun ? window.labRun.drawn : 0")
 
 
-def test_kv_growth_lab_streams_to_the_chart_and_survives_a_reload(page: Page, asgi_server,
-                                                                   learner):  # fmt: skip
+def test_kv_growth_lab_streams_to_the_chart_and_survives_a_reload(
+    asgi_server, learner, orm, page: Page
+):
     log_in(page, asgi_server)
     page.goto(f"{asgi_server}/lab/")
     page.get_by_role("link", name="KV-cache growth: bytes per token, MHA vs GQA").click()
@@ -51,7 +52,7 @@ def test_kv_growth_lab_streams_to_the_chart_and_survives_a_reload(page: Page, as
     expect(page.locator("#err-tokens")).to_have_text(
         "Tokens to cache must be at most 512 tokens, not 5000."
     )
-    assert not LabRun.objects.exists()
+    assert not orm(LabRun.objects.exists)
     page.get_by_label("Tokens to cache").fill("512")
     page.get_by_label("Point every").fill("2")  # many points: time to reload mid-run
     submitted = time.perf_counter()
@@ -65,13 +66,12 @@ def test_kv_growth_lab_streams_to_the_chart_and_survives_a_reload(page: Page, as
     )
     assert len(traces) == 6
     assert dict(traces)["GQA predicted"] == 2  # drawn from the start: 0 and N tokens
-    run = LabRun.objects.get()
+    run = orm(LabRun.objects.get)
     page.wait_for_function("() => window.labRun.drawn >= 20", timeout=60_000)
     page.reload()
     page.wait_for_function("() => window.labRun && window.labRun.ended", timeout=120_000)
     expect(page.locator("#run-status")).to_have_text("Done")
-    run.refresh_from_db()
-    total = run.points.count()
+    total = orm(run.points.count)
     assert total > 100
     assert drawn(page) == total  # every point once: none lost, none doubled by the reload
     measured = page.evaluate(
@@ -87,8 +87,9 @@ def test_kv_growth_lab_streams_to_the_chart_and_survives_a_reload(page: Page, as
     expect(page.get_by_role("button", name="Cancel")).to_be_hidden()
 
 
-def test_question_pages_link_to_their_labs_and_labs_to_their_questions(page: Page, asgi_server,
-                                                                        learner):  # fmt: skip
+def test_question_pages_link_to_their_labs_and_labs_to_their_questions(
+    asgi_server, learner, page: Page
+):
     log_in(page, asgi_server)
     page.goto(f"{asgi_server}/lab/kv-cache-growth/")
     assert page.locator(".lab-questions li").count() >= 3

@@ -151,6 +151,25 @@ def test_sse_refuses_other_users_and_anonymous(lab_env, user, asgi_server):
     assert httpx.get(url, cookies=cookies, timeout=10).status_code == 404
 
 
+def test_an_operator_with_view_labrun_watches_a_learners_run(lab_env, user, asgi_server):
+    """Under uvicorn with Django's async-safety check on (no test sets the flag): the
+    permission check of the async SSE view must not run sync ORM on the event loop."""
+    from django.contrib.auth.models import Permission
+
+    run = LabRun.objects.create(owner=user, lab="kv-cache-growth", status="done")
+    run.points.create(seq=0, series="mha", x=1.0, y=2.0)
+    operator = get_user_model().objects.create_user("ops", password="x")
+    operator.user_permissions.add(Permission.objects.get(codename="view_labrun"))
+    client = Client()
+    client.force_login(operator)
+    cookies = {"sessionid": client.cookies["sessionid"].value}
+    reply = httpx.get(f"{asgi_server}/lab/runs/{run.pk}/events", cookies=cookies, timeout=10)
+    assert reply.status_code == 200
+    events = sse_events(reply.text)
+    assert [(kind, i) for kind, i, _ in events if kind == "point"] == [("point", "0")]
+    assert events[-1][0] == "end" and events[-1][2]["status"] == "done"
+
+
 def test_cancel_mid_run_stops_at_the_next_point_and_keeps_the_rest(lab_env, user, sleepy):
     run = services.start_run(user, Sleepy.slug, {"n": 500, "pause": 0.05})
     wait_for(lambda: run.points.count() >= 3, what="three points")

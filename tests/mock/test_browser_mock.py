@@ -42,23 +42,23 @@ def log_in(page: Page, base: str, name: str = "ada") -> None:
     expect(page.get_by_text(f"Signed in as {name}")).to_be_visible()
 
 
-def start_warm_up(page: Page, base: str) -> MockInterview:
+def start_warm_up(page: Page, base: str, orm) -> MockInterview:
     page.goto(f"{base}/")
     page.get_by_role("link", name="Mock interview").click()
     page.get_by_role("link", name="Inference warm-up").click()
     expect(page.locator("table.mock-rounds tbody tr")).to_have_count(4)
     page.get_by_role("button", name="Start the loop").click()
     expect(page.locator("#question-clock")).to_be_visible()
-    return MockInterview.objects.get(user__username="ada", finished__isnull=True)
+    return orm(MockInterview.objects.get, user__username="ada", finished__isnull=True)
 
 
-def test_a_whole_warm_up_loop_to_the_scorecard(page: Page, live_server, users, settings):
+def test_a_whole_warm_up_loop_to_the_scorecard(live_server, users, settings, orm, page: Page):
     settings.MOCK_TIME_SCALE = 0.05  # 10 min → 30 s
     base = live_server.url
     log_in(page, base)
-    mock = start_warm_up(page, base)
+    mock = start_warm_up(page, base, orm)
     # The second question will run out of time: give it 6 s before it starts.
-    MockItem.objects.filter(mock=mock, order=1).update(budget_s=6)
+    orm(lambda: MockItem.objects.filter(mock=mock, order=1).update(budget_s=6))
 
     # 1: answer, then the first follow-up probe appears; answer it; move on.
     expect(page.locator("#question-number")).to_have_text("1")
@@ -76,7 +76,7 @@ def test_a_whole_warm_up_loop_to_the_scorecard(page: Page, live_server, users, s
     expect(page.locator("#question-number")).to_have_text("2")
     page.get_by_label("Your answer").press_sequentially("Turn on streaming first", delay=20)
     expect(page.locator("#question-number")).to_have_text("3", timeout=20_000)
-    timed_out = MockItem.objects.select_related("attempt").get(mock=mock, order=1)
+    timed_out = orm(lambda: MockItem.objects.select_related("attempt").get(mock=mock, order=1))
     assert timed_out.closed is not None
     assert timed_out.attempt.answer == "Turn on streaming first"
 
@@ -114,19 +114,19 @@ def test_a_whole_warm_up_loop_to_the_scorecard(page: Page, live_server, users, s
 
 
 def test_a_reload_resumes_the_same_question_with_the_remaining_time(
-    page: Page, live_server, users, settings
+    live_server, users, settings, orm, page: Page
 ):
     settings.MOCK_TIME_SCALE = 1.0
     base = live_server.url
     log_in(page, base)
-    mock = start_warm_up(page, base)
+    mock = start_warm_up(page, base, orm)
     page.get_by_label("Your answer").press_sequentially("The request is tokenised", delay=20)
     page.wait_for_timeout(3000)
     page.reload()
     expect(page.locator("#question-number")).to_have_text("1")
     expect(page.get_by_label("Your answer")).to_have_value("The request is tokenised")
     shown = page.evaluate("window.mockClock.questionLeft()")
-    item = MockItem.objects.get(mock=mock, order=0)
+    item = orm(MockItem.objects.get, mock=mock, order=0)
     expected = services.remaining_s(item.deadline)
     error = abs(shown - expected)
     print(f"resume: page shows {shown:.2f} s left, server {expected:.2f} s, error {error:.2f} s")
@@ -134,14 +134,14 @@ def test_a_reload_resumes_the_same_question_with_the_remaining_time(
     assert expected < item.budget_s - 3  # the clock kept running across the reload
 
 
-def test_the_interviewer_seat(browser: Browser, asgi_server, users, fast_grader):
+def test_the_interviewer_seat(asgi_server, users, fast_grader, orm, browser: Browser):
     candidate_ctx, interviewer_ctx, third_ctx = (browser.new_context() for _ in range(3))
     candidate, interviewer, third = (
         c.new_page() for c in (candidate_ctx, interviewer_ctx, third_ctx)
     )
     for p, name in ((candidate, "ada"), (interviewer, "bob"), (third, "cy")):
         log_in(p, asgi_server, name)
-    mock = start_warm_up(candidate, asgi_server)
+    mock = start_warm_up(candidate, asgi_server, orm)
     candidate.get_by_text("Peer interviewer").click()
     candidate.get_by_role("button", name="Create an invite link").click()
     candidate.get_by_text("Peer interviewer").click()
@@ -173,7 +173,7 @@ def test_the_interviewer_seat(browser: Browser, asgi_server, users, fast_grader)
         "your score", timeout=10_000
     )
     interviewer.locator("#item-0 textarea[name=notes]").blur()
-    page_done = lambda: MockItem.objects.get(mock=mock, order=0).interviewer_notes  # noqa: E731
+    page_done = lambda: orm(MockItem.objects.get, mock=mock, order=0).interviewer_notes  # noqa: E731
     deadline = time.monotonic() + 10
     while page_done() != "Good start, no numbers yet." and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -14,10 +14,14 @@ from trainer.demo import DEMO_AUTHOR, demo_users_ensure
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_the_live_preview_follows_the_prompt_as_typed(page: Page, live_server, tmp_path):
+@pytest.fixture
+def question(tmp_path):
     bank_load(read_bank([write_topic(tmp_path)]))
     demo_users_ensure()
-    question = Question.objects.get(slug="kv-70b")
+    return Question.objects.get(slug="kv-70b")
+
+
+def test_the_live_preview_follows_the_prompt_as_typed(live_server, question, page: Page):
     page.goto(
         f"{live_server.url}/admin/login/?next=/admin/questions/question/{question.pk}/change/"
     )

@@ -119,18 +119,22 @@ def log_in(page: Page, base: str, name: str, password: str = PASSWORD) -> None:
     expect(page.get_by_text(f"Signed in as {name}")).to_be_visible()
 
 
-@pytest.mark.browser
-@pytest.mark.django_db(transaction=True)
-def test_the_main_pages_work_under_the_policy(
-    browser: Browser, asgi_server, redis_url, settings, monkeypatch
-):
-    monkeypatch.setattr(rubric, "grade", stand_in_grade)
-    if hasattr(settings, "RATELIMITS"):  # counters live in the session's Redis
-        settings.RATELIMITS = {group: "100000/m" for group in settings.RATELIMITS}
+@pytest.fixture
+def site_data():
     call_command("load_bank", verbosity=0)
     for name in ("ada", "bob"):
         get_user_model().objects.create_user(name, password=PASSWORD)
     demo_users_ensure()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_main_pages_work_under_the_policy(
+    asgi_server, redis_url, settings, monkeypatch, site_data, orm, browser: Browser
+):
+    monkeypatch.setattr(rubric, "grade", stand_in_grade)
+    if hasattr(settings, "RATELIMITS"):  # counters live in the session's Redis
+        settings.RATELIMITS = {group: "100000/m" for group in settings.RATELIMITS}
     base = asgi_server
     learner_ctx, interviewer_ctx, author_ctx = (browser.new_context() for _ in range(3))
     page = learner_ctx.new_page()
@@ -188,7 +192,7 @@ def test_the_main_pages_work_under_the_policy(
     if page.locator("#cancel-run").is_visible():  # (a session-wide worker may have run it)
         page.get_by_role("button", name="Cancel").click()
     page.wait_for_function("() => window.labRun.ended", timeout=60_000)
-    status = LabRun.objects.get().status
+    status = orm(LabRun.objects.get).status
     assert status in {"cancelled", "done"}
     expect(page.locator("#run-status")).to_have_attribute("data-status", status)
     w.check()
@@ -225,7 +229,7 @@ def test_the_main_pages_work_under_the_policy(
     page.once("dialog", lambda d: d.dismiss())
     page.get_by_role("button", name="End the loop now").click()
     expect(page.locator("#question-clock")).to_be_visible()
-    assert MockInterview.objects.get(user__username="ada").finished is None
+    assert orm(MockInterview.objects.get, user__username="ada").finished is None
     page.once("dialog", lambda d: d.accept())
     page.get_by_role("button", name="End the loop now").click()
     expect(page.locator("#verdict h2")).to_contain_text("Verdict:", timeout=30_000)
@@ -243,7 +247,7 @@ def test_the_main_pages_work_under_the_policy(
     # Admin: the question change form and its live htmx preview.
     author = author_ctx.new_page()
     wa = Watcher(author, "author")
-    question = Question.objects.get(slug=ARITHMETIC)
+    question = orm(Question.objects.get, slug=ARITHMETIC)
     author.goto(f"{base}/admin/login/?next=/admin/questions/question/{question.pk}/change/")
     author.fill("#id_username", DEMO_AUTHOR.username)
     author.fill("#id_password", DEMO_AUTHOR.password)

@@ -56,7 +56,7 @@ PROD_ENV = {
     "TRUST_X_FORWARDED_PROTO": "1",
     "SECURE_SSL_REDIRECT": "1",
 }
-SCRUBBED = {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+SCRUBBED = {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS"}
 
 
 def command(service: str) -> list[str]:

@@ -74,10 +74,14 @@ def drawn(page: Page) -> int:
     return page.evaluate("window.labRun ? window.labRun.drawn : 0")
 
 
+@pytest.fixture
+def ada():
+    return get_user_model().objects.create_user("ada", password=PASSWORD)
+
+
 def test_the_chart_keeps_every_point_once_across_dropped_connections(
-    page: Page, context: BrowserContext, tmp_path
+    ada, tmp_path, orm, page: Page, context: BrowserContext
 ):
-    get_user_model().objects.create_user("ada", password=PASSWORD)
     redis_server = RedisServer(log_dir=tmp_path).start()
     try:
         # The worker is paused for a while below: its run must not be reaped as dead.
@@ -98,7 +102,7 @@ def test_the_chart_keeps_every_point_once_across_dropped_connections(
             page.get_by_label("Point every").fill("1")
             page.get_by_role("button", name="Start the run").click()
             wait_js(page, "window.labRun && window.labRun.drawn >= 3", 120, "the first points")
-            run = LabRun.objects.get()
+            run = orm(LabRun.objects.get)
             embedded = json.loads(page.locator("#lab-run-data").text_content())["points"]
 
             requests = []  # every stream request the page makes from now on
@@ -122,7 +126,7 @@ def test_the_chart_keeps_every_point_once_across_dropped_connections(
             wait_for(lambda: sse(page)["opens"] > before["opens"], 60, "a reconnection")
             resent = [r.all_headers().get("last-event-id") for r in requests]
             assert str(last_drawn) in resent  # the browser's own retry sent Last-Event-ID
-            assert LabRun.objects.get(pk=run.pk).status == "running"
+            assert orm(LabRun.objects.get, pk=run.pk).status == "running"
             os.killpg(worker.pid, signal.SIGCONT)
             at = drawn(page)
             wait_for(lambda: drawn(page) > at, 60, "new points after the reconnection")
@@ -147,7 +151,7 @@ def test_the_chart_keeps_every_point_once_across_dropped_connections(
             web = procs.web(port)
             wait_for(lambda: sse(page)["opens"] > before["opens"], 60, "a new EventSource")
             assert len(bad_gateway) == 1
-            assert LabRun.objects.get(pk=run.pk).status == "running"
+            assert orm(LabRun.objects.get, pk=run.pk).status == "running"
             os.killpg(worker.pid, signal.SIGCONT)
             at = drawn(page)
             wait_for(lambda: drawn(page) > at, 60, "new points after the second reconnection")
@@ -156,8 +160,8 @@ def test_the_chart_keeps_every_point_once_across_dropped_connections(
             page.get_by_role("button", name="Cancel").click()
             wait_js(page, "window.labRun.ended", 60, "the end of the stream")
             expect(page.locator("#run-status")).to_have_text("Cancelled")
-            run.refresh_from_db()
-            total = run.points.count()
+            orm(run.refresh_from_db)
+            total = orm(run.points.count)
             assert run.status == "cancelled" and total > 0
 
             # The chart holds exactly the run's points...

@@ -60,8 +60,8 @@ def wait_js(page: Page, expression: str, timeout: float) -> None:
     wait_for(lambda: page.evaluate(expression), timeout=timeout, what=expression)
 
 
-def fresh(run):
-    run.refresh_from_db()
+def fresh(run, orm):
+    orm(run.refresh_from_db)
     return run
 
 
@@ -73,12 +73,16 @@ def log_in(page: Page, base: str) -> None:
     expect(page.get_by_text("Signed in as ada")).to_be_visible()
 
 
-def draft_of(item: MockItem) -> str:
-    return MockItem.objects.select_related("attempt").get(pk=item.pk).attempt.draft
+def draft_of(item: MockItem, orm) -> str:
+    return orm(lambda: MockItem.objects.select_related("attempt").get(pk=item.pk).attempt.draft)
 
 
-def test_mock_interview_survives_a_web_restart(page: Page, redis_url, ada):
+@pytest.fixture
+def bank():
     call_command("load_bank", verbosity=0)
+
+
+def test_mock_interview_survives_a_web_restart(redis_url, ada, bank, orm, page: Page):
     port = free_port()
     with Procs(redis_url, MOCK_TIME_SCALE="1.0") as procs:
         web = procs.web(port)
@@ -87,29 +91,31 @@ def test_mock_interview_survives_a_web_restart(page: Page, redis_url, ada):
         page.goto(f"{base}/mock/loops/inference-warm-up/")
         page.get_by_role("button", name="Start the loop").click()
         expect(page.locator("#question-number")).to_have_text("1")
-        mock = MockInterview.objects.get(user=ada, finished__isnull=True)
-        item = MockItem.objects.get(mock=mock, order=0)
+        mock = orm(MockInterview.objects.get, user=ada, finished__isnull=True)
+        item = orm(MockItem.objects.get, mock=mock, order=0)
         deadline = item.deadline
 
         page.get_by_label("Your answer").press_sequentially(TYPED, delay=10)
-        wait_for(lambda: draft_of(item) == TYPED, what="the autosave")  # stored by web #1
+        wait_for(lambda: draft_of(item, orm) == TYPED, what="the autosave")  # stored by web #1
 
         web.kill()
         # Typed while the web is down: the autosave fails, the page says so and keeps it.
         box = page.get_by_label("Your answer")
         box.press_sequentially(TYPED_DURING_OUTAGE, delay=10)
         expect(page.locator("#autosave-status")).to_contain_text("Not saved yet")
-        assert draft_of(item) == TYPED
+        assert draft_of(item, orm) == TYPED
         web = procs.web(port)  # a new process on the same port
         # No key pressed since: the page sends the draft again by itself once it can.
-        wait_for(lambda: draft_of(item) == TYPED + TYPED_DURING_OUTAGE, what="the retried save")
+        wait_for(
+            lambda: draft_of(item, orm) == TYPED + TYPED_DURING_OUTAGE, what="the retried save"
+        )
         expect(page.locator("#autosave-status")).to_contain_text("Saved")
         page.reload()
 
         expect(page.locator("#question-number")).to_have_text("1")
         expect(page.get_by_label("Your answer")).to_have_value(TYPED + TYPED_DURING_OUTAGE)
         shown = page.evaluate("window.mockClock.questionLeft()")
-        item.refresh_from_db()
+        orm(item.refresh_from_db)
         assert item.deadline == deadline  # the restart did not restart the question
         expected = mock_services.remaining_s(item.deadline)
         print(f"after the restart: page shows {shown:.2f} s left, server {expected:.2f} s")
@@ -119,7 +125,11 @@ def test_mock_interview_survives_a_web_restart(page: Page, redis_url, ada):
 
         # The question's time runs out while the web is down again: the page stays, with
         # everything typed, and sends it once a server answers.
-        MockItem.objects.filter(pk=item.pk).update(deadline=timezone.now() + timedelta(seconds=7))
+        orm(
+            lambda: MockItem.objects.filter(pk=item.pk).update(
+                deadline=timezone.now() + timedelta(seconds=7)
+            )
+        )
         page.reload()
         web.kill()
         box.press("Control+End")  # after the reload the caret is at the start
@@ -131,13 +141,13 @@ def test_mock_interview_survives_a_web_restart(page: Page, redis_url, ada):
         expect(box).to_have_value(TYPED + TYPED_DURING_OUTAGE + TYPED_AT_THE_END)
         procs.web(port)
         expect(page.locator("#question-number")).to_have_text("2", timeout=30_000)
-        item = MockItem.objects.select_related("attempt").get(pk=item.pk)
+        item = orm(lambda: MockItem.objects.select_related("attempt").get(pk=item.pk))
         assert item.closed is not None
         assert item.attempt.answer == TYPED + TYPED_DURING_OUTAGE + TYPED_AT_THE_END
         assert item.late  # it reached the server after deadline + grace: kept, marked late
 
 
-def test_live_lab_chart_survives_a_web_restart(page: Page, redis_url, ada):
+def test_live_lab_chart_survives_a_web_restart(redis_url, ada, orm, page: Page):
     port = free_port()
     # The worker is paused across the outage: no stale-run reaping meanwhile.
     with QueueToOurselves("lab-cpu"), Procs(redis_url, LAB_STALE_SECONDS="600") as procs:
@@ -146,7 +156,7 @@ def test_live_lab_chart_survives_a_web_restart(page: Page, redis_url, ada):
         procs.wait(worker, web)
         base = web.info["url"]
         log_in(page, base)
-        run = lab_services.start_run(ada, "kv-cache-growth", RUN_KV)
+        run = orm(lab_services.start_run, ada, "kv-cache-growth", RUN_KV)
         page.goto(f"{base}/lab/runs/{run.pk}/")
         wait_js(page, "window.labRun && window.labRun.drawn >= 4", timeout=60)
 
@@ -157,17 +167,17 @@ def test_live_lab_chart_survives_a_web_restart(page: Page, redis_url, ada):
         web.kill()
         before = {name: (x, y) for name, x, y in page.evaluate(MEASURED_TRACES)}
         drawn_before = sum(len(x) for x, _ in before.values())
-        run.refresh_from_db()
+        orm(run.refresh_from_db)
         assert run.status == "running", "the run must still be going when the web dies"
         procs.web(port)
-        assert fresh(run).status == "running", "the run must stream on after the restart"
+        assert fresh(run, orm).status == "running", "the run must stream on after the restart"
         os.killpg(worker.pid, signal.SIGCONT)
 
         # No reload: the page's EventSource reconnects by itself (Last-Event-ID).
         wait_js(page, "window.labRun.ended", timeout=120)
         expect(page.locator("#run-status")).to_have_text("Done")
-        run.refresh_from_db()
-        points = list(run.points.order_by("seq"))
+        orm(run.refresh_from_db)
+        points = orm(lambda: list(run.points.order_by("seq")))
         assert run.status == "done" and len(points) > drawn_before
         labels = {s.name: s.label for s in get_lab(run.lab).series}
         expected: dict[str, tuple[list, list]] = {}

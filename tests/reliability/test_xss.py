@@ -198,6 +198,29 @@ def stand_in_grade(answer, points, prompt=""):
     return rubric.RubricResult(1.0, results, 0.5)
 
 
+def author_hostile_content(ids) -> Question:
+    """A topic, a scenario question, its rubric and follow-ups, and a loop, all hostile."""
+    topic = Topic.objects.create(
+        slug="xss-topic", title="Hostile " + PAYLOADS[3], summary=payload_block(ids), order=999
+    )
+    question = Question.objects.create(
+        topic=topic,
+        slug="xss-question",
+        kind="scenario",
+        title="Hostile question " + PAYLOADS[1][:150],
+        prompt=payload_block(ids),
+        model_answer=payload_block(ids),
+        follow_ups=[payload_block(half) for half in chunks(ids, len(ids) // 2 + 1)],
+        competencies=["latency"],
+        status="published",
+    )
+    for i, group in enumerate(chunks(ids, 20)):
+        RubricPoint.objects.create(question=question, order=i, text=payload_block(group))
+    loop = Loop.objects.create(slug="xss-loop", title="Hostile loop", description="x", order=99)
+    LoopItem.objects.create(loop=loop, question=question, order=0, minutes=30)
+    return question
+
+
 def session_cookie(base: str, user) -> dict:
     client = Client()
     client.force_login(user)
@@ -219,13 +242,19 @@ def test_the_payloads_are_live(browser: Browser):
     ctx.close()
 
 
-def test_no_payload_runs_anywhere(browser: Browser, asgi_server, redis_url, monkeypatch, settings):
+@pytest.fixture
+def bank_and_author():
+    call_command("load_bank", verbosity=0)
+    demo_users_ensure()
+
+
+def test_no_payload_runs_anywhere(
+    asgi_server, redis_url, monkeypatch, settings, bank_and_author, orm, browser: Browser
+):
     monkeypatch.setattr(rubric, "grade", stand_in_grade)
     if hasattr(settings, "RATELIMITS"):  # this test signs up 60 times from one address
         settings.RATELIMITS = {group: "100000/m" for group in settings.RATELIMITS}
     settings.MOCK_TIME_SCALE = 1.0
-    call_command("load_bank", verbosity=0)
-    demo_users_ensure()
     base = asgi_server
     ids = list(PAYLOADS)
     h = Harness(browser)
@@ -243,10 +272,10 @@ def test_no_payload_runs_anywhere(browser: Browser, asgi_server, redis_url, monk
         page.get_by_role("button", name="Sign up").click()
         expect(page.locator("#id_username")).to_have_value(PAYLOADS[n].strip())
         h.check(page, "signup form (refused)", [n])
-    assert (
-        not User.objects.exclude(username__in=[DEMO_AUTHOR.username])
+    assert not orm(
+        User.objects.exclude(username__in=[DEMO_AUTHOR.username])
         .filter(is_staff=False, username__contains="xss")
-        .exists()
+        .exists
     )
     ctx.close()
 
@@ -262,36 +291,22 @@ def test_no_payload_runs_anywhere(browser: Browser, asgi_server, redis_url, monk
     covered = {n for group, _ in names for n in group}
     names += [([n], PAYLOADS[n][:150]) for n in ids if n not in covered]
     hostile_users = []
-    for group, name in names:
-        user = User.objects.create(username=name)  # signed in by cookie: no password hash
-        hostile_users.append((group, user))
-        LabRun.objects.create(owner=user, lab="kv-cache-growth", params={}, status="queued")
 
+    def create_hostile_users():
+        for group, name in names:
+            user = User.objects.create(username=name)  # signed in by cookie: no password hash
+            hostile_users.append((group, user))
+            LabRun.objects.create(owner=user, lab="kv-cache-growth", params={}, status="queued")
+
+    orm(create_hostile_users)
     # ---- authored content: a topic, a scenario question, its rubric and follow-ups.
-    topic = Topic.objects.create(
-        slug="xss-topic", title="Hostile " + PAYLOADS[3], summary=payload_block(ids), order=999
-    )
-    question = Question.objects.create(
-        topic=topic,
-        slug="xss-question",
-        kind="scenario",
-        title="Hostile question " + PAYLOADS[1][:150],
-        prompt=payload_block(ids),
-        model_answer=payload_block(ids),
-        follow_ups=[payload_block(half) for half in chunks(ids, len(ids) // 2 + 1)],
-        competencies=["latency"],
-        status="published",
-    )
-    for i, group in enumerate(chunks(ids, 20)):
-        RubricPoint.objects.create(question=question, order=i, text=payload_block(group))
-    loop = Loop.objects.create(slug="xss-loop", title="Hostile loop", description="x", order=99)
-    LoopItem.objects.create(loop=loop, question=question, order=0, minutes=30)
+    question = orm(author_hostile_content, ids)
 
     learner, interviewer = hostile_users[0][1], hostile_users[1][1]
     learner_names, interviewer_names = hostile_users[0][0], hostile_users[1][0]
     lctx = h.context()
     lpage = h.page(lctx)
-    lctx.add_cookies([session_cookie(base, learner)])
+    lctx.add_cookies([orm(session_cookie, base, learner)])
 
     lpage.goto(f"{base}/topics/xss-topic/")
     h.check(lpage, "topic page (title, summary) + header", [*ids, *learner_names])
@@ -347,12 +362,13 @@ def test_no_payload_runs_anywhere(browser: Browser, asgi_server, redis_url, monk
         # One reason per field (the value quoted, cut at 40 characters).
         expect(lpage.locator("p.input-error")).to_have_count(len(group))
         h.check(lpage, "lab form (refused values)", group, must_show=False)
-    assert not LabRun.objects.filter(lab="cancellation").exists()
+    assert not orm(LabRun.objects.filter(lab="cancellation").exists)
 
     # What a worker writes about a run (error, worker, device, summary) and params stored
     # by an older version, on the run page (server-rendered, then over SSE), my runs, queue.
     text = payload_block(ids)
-    run = LabRun.objects.create(
+    run = orm(
+        LabRun.objects.create,
         owner=learner,
         lab="kv-cache-growth",
         params={"tokens": PAYLOADS[1], "dtype": PAYLOADS[2], "every": PAYLOADS[3]},
@@ -367,7 +383,7 @@ def test_no_payload_runs_anywhere(browser: Browser, asgi_server, redis_url, monk
     lpage.goto(f"{base}/lab/runs/{run.pk}/")
     lpage.wait_for_function("() => window.labRun && window.labRun.source")
     h.check(lpage, "lab run page (stored params, worker, device, error)", ids)
-    LabRun.objects.filter(pk=run.pk).update(status="done", finished=timezone.now())
+    orm(LabRun.objects.filter(pk=run.pk).update, status="done", finished=timezone.now())
     lpage.wait_for_function("() => window.labRun.ended", timeout=15_000)
     lpage.wait_for_timeout(200)
     h.check(lpage, "lab run page (summary drawn from SSE)", ids)
@@ -375,16 +391,16 @@ def test_no_payload_runs_anywhere(browser: Browser, asgi_server, redis_url, monk
 
     for group, user in hostile_users:
         lctx.clear_cookies()
-        lctx.add_cookies([session_cookie(base, user)])
+        lctx.add_cookies([orm(session_cookie, base, user)])
         lpage.goto(f"{base}/lab/runs/")
         h.check(lpage, "header + my runs (usernames)", group)
-    operator = User.objects.create(username="operator", is_staff=True, is_superuser=True)
+    operator = orm(User.objects.create, username="operator", is_staff=True, is_superuser=True)
     lctx.clear_cookies()
-    lctx.add_cookies([session_cookie(base, operator)])
+    lctx.add_cookies([orm(session_cookie, base, operator)])
     lpage.goto(f"{base}/lab/queue/")
     h.check(lpage, "operator's queue (usernames)", [n for g, _ in hostile_users for n in g])
     lctx.clear_cookies()
-    lctx.add_cookies([session_cookie(base, learner)])
+    lctx.add_cookies([orm(session_cookie, base, learner)])
     lpage.goto(f"{base}/lab/runs/")
     h.check(lpage, "my runs (worker, device, error)", [1, 4, 5])  # error: its first 120 chars
 
@@ -393,7 +409,7 @@ def test_no_payload_runs_anywhere(browser: Browser, asgi_server, redis_url, monk
     lpage.goto(f"{base}/mock/loops/xss-loop/")
     lpage.get_by_role("button", name="Start the loop").click()
     expect(lpage.locator("#question-clock")).to_be_visible()
-    mock = MockInterview.objects.get(user=learner)
+    mock = orm(MockInterview.objects.get, user=learner)
     h.check(lpage, "mock run page (authored Markdown)", ids, must_show=False)
     # The autosave endpoint's refusal names the answer box it was given (`slot`): a form
     # posted there (as a hostile page could) must come back escaped.
@@ -425,7 +441,7 @@ def test_no_payload_runs_anywhere(browser: Browser, asgi_server, redis_url, monk
 
     ictx = h.context()
     ipage = h.page(ictx)
-    ictx.add_cookies([session_cookie(base, interviewer)])
+    ictx.add_cookies([orm(session_cookie, base, interviewer)])
     ipage.goto(link)
     ipage.wait_for_function("() => window.mockLive && window.mockLive.connected")
     h.check(ipage, "interviewer page (usernames, rubric)", [*ids, *learner_names])
@@ -455,7 +471,7 @@ def test_no_payload_runs_anywhere(browser: Browser, asgi_server, redis_url, monk
     expect(lpage.locator("#verdict h2")).to_contain_text("Verdict:", timeout=30_000)
     h.check(lpage, "scorecard (answers, follow-ups, notes, interviewer name)",
             [*ids, *interviewer_names])  # fmt: skip
-    assert mock.items.get().interviewer_notes == notes
+    assert orm(mock.items.get).interviewer_notes == notes
 
     # ---- the tally (rows for docs/RELIABILITY.md).
     total = sum(len(v) for v in h.tried.values())

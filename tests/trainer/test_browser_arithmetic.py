@@ -22,12 +22,12 @@ def log_in(page: Page, live_server) -> None:
     page.get_by_role("button", name="Log in").click()
 
 
-def test_kv_cache_problem_with_follow_through(page: Page, live_server):
-    call_command("load_bank", verbosity=0)
-    user = get_user_model().objects.create_user("ada", password="kv-heads-not-heads")
-    question = Question.objects.get(slug=SLUG)
-    seed = llama70_seed(question)
-    first = services.attempt_start(user=user, question=question, seed=seed)
+def test_kv_cache_problem_with_follow_through(live_server, orm, page: Page):
+    orm(call_command, "load_bank", verbosity=0)
+    user = orm(get_user_model().objects.create_user, "ada", password="kv-heads-not-heads")
+    question = orm(Question.objects.get, slug=SLUG)
+    seed = orm(llama70_seed, question)
+    first = orm(services.attempt_start, user=user, question=question, seed=seed)
     log_in(page, live_server)
 
     page.goto(f"{live_server.url}/attempts/{first.pk}/")
@@ -38,9 +38,9 @@ def test_kv_cache_problem_with_follow_through(page: Page, live_server):
     expect(page.locator("#step-kv_kib_per_token .verdict")).to_contain_text("Correct")
     expect(page.locator("#step-kv_kib_per_token .verdict")).to_contain_text("read as 320 KiB")
 
-    second = services.attempt_start(user=user, question=question, seed=seed)
+    second = orm(services.attempt_start, user=user, question=question, seed=seed)
     page.goto(f"{live_server.url}/attempts/{second.pk}/")
-    context = services.attempt_context(second)
+    context = orm(services.attempt_context, second)
     context_tokens = context.variant.variables["context"].magnitude
     page.locator("#step-kv_kib_per_token input[name=answer]").fill("160 KiB")  # forgot the x2
     page.locator("#step-kv_kib_per_token input[name=answer]").press("Enter")

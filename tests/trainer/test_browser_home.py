@@ -12,9 +12,13 @@ from questions.models import Topic
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_sign_up_log_in_and_filter_topics(page: Page, live_server):
+@pytest.fixture
+def topics():
     Topic.objects.create(slug="kv-cache", title="KV cache", summary="Bytes per token", order=1)
     Topic.objects.create(slug="speculative", title="Speculative decoding", order=2)
+
+
+def test_sign_up_log_in_and_filter_topics(live_server, topics, page: Page):
     page.goto(f"{live_server.url}/accounts/signup/")
     page.get_by_label("Username").fill("grace")
     page.get_by_label("Password", exact=True).fill("paged-attention-16")

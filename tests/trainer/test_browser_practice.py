@@ -26,7 +26,7 @@ def learner():
     return get_user_model().objects.create_user("ada", password=PASSWORD)
 
 
-def test_typed_answer_survives_closing_the_tab(browser: Browser, live_server, learner):
+def test_typed_answer_survives_closing_the_tab(live_server, learner, browser: Browser):
     first = browser.new_context()
     page = first.new_page()
     log_in(page, live_server)
@@ -44,7 +44,7 @@ def test_typed_answer_survives_closing_the_tab(browser: Browser, live_server, le
     other.close()
 
 
-def test_answer_feedback_evidence_and_review(page: Page, live_server, learner):
+def test_answer_feedback_evidence_and_review(live_server, learner, page: Page):
     log_in(page, live_server)
     page.goto(f"{live_server.url}/topics/kv-cache-arithmetic/")
     page.get_by_role("link", name="How many 8K conversations fit on an 8×H100 node?").click()

@@ -15,8 +15,7 @@ PROD_ENV = {
     "SECRET_KEY": "x7Jq2-production-grade-secret-key-with-enough-entropy-0123456789-abc",
     "ALLOWED_HOSTS": "trainer.example.com",
 }
-# The test run sets DJANGO_ALLOW_ASYNC_UNSAFE (for Playwright); production must not.
-SCRUBBED = {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+SCRUBBED = {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS"}
 
 
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -80,3 +79,25 @@ def test_celery_is_configured_for_long_jobs(settings):
     assert {q.name for q in app.conf.task_queues} == {"default", "lab-cpu", "lab-gpu"}
     route = app.amqp.router.route({}, "lab.tasks.run_lab_gpu")
     assert route["queue"].name == "lab-gpu"
+
+
+def test_no_code_turns_off_djangos_async_safety_check():
+    """DJANGO_ALLOW_ASYNC_UNSAFE once hid a 500 in an async view (sync ORM on the event
+    loop). Browser tests run their ORM calls in a worker thread (the `orm` fixture) instead."""
+    assert "DJANGO_ALLOW_ASYNC_UNSAFE" not in os.environ
+    this = Path(__file__).resolve()
+    flag = "DJANGO_ALLOW_" + "ASYNC_UNSAFE"
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("tests", "trainer", "lab", "mock", "questions", "bench")
+        for path in (ROOT / folder).rglob("*")
+        if path.suffix in {".py", ".cfg", ".ini", ".toml", ".sh", ".env"}
+        and path != this
+        and flag in path.read_text(errors="ignore")
+    ]
+    offenders += [
+        name
+        for name in ("pyproject.toml", "Makefile", ".ci/run", ".env.example", "Procfile")
+        if (ROOT / name).exists() and flag in (ROOT / name).read_text()
+    ]
+    assert offenders == []
