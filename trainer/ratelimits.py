@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -40,8 +41,21 @@ def client_ip(group: str, request: HttpRequest) -> str:
     return str(address)
 
 
+def fold(text: str) -> str:
+    """The form under which look-alike names share one counter: NFKC (what Django applies to
+    usernames at sign-up and in the login form, so "ａｄａ" logs in as "ada"), then case-folded
+    (which also folds "ADA" and "ß"/"ss"; a wider key only makes the limit stricter)."""
+    return unicodedata.normalize("NFKC", text).casefold().strip()
+
+
 def posted_username(group: str, request: HttpRequest) -> str:
-    return request.POST.get("username", "").strip().lower()[:150]
+    return fold(request.POST.get("username", "")[:1000])[:150]
+
+
+def posted_email(group: str, request: HttpRequest) -> str:
+    """The address a reset is asked for, folded like Django's own lookup (PasswordResetForm
+    matches NFKC + casefold), so one inbox is one counter however it is spelled."""
+    return fold(request.POST.get("email", "")[:1000])[:254]
 
 
 def user_id(group: str, request: HttpRequest) -> str:

@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
+from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import Client, RequestFactory
@@ -125,6 +126,50 @@ def test_login_per_username_triggers_at_the_limit_and_resets(limits, ada):
     response = log_in(client, "ada", PASSWORD)
     assert response.status_code == 302
     assert client.session["_auth_user_id"] == str(ada.pk)
+
+
+# Look-alikes Django's login form folds onto the same account (UsernameField applies NFKC
+# before authenticating): full-width, mathematical bold, ligature, case and spacing variants.
+LOOK_ALIKES = {
+    "ada": ["ａｄａ", "ＡＤＡ", "AdA", "𝐚𝐝𝐚", " ａｄa "],
+    "fiona": ["ﬁona", "ＦＩＯＮＡ", "ﬁONA"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOK_ALIKES))
+def test_login_per_username_counts_look_alikes_as_the_same_name(limits, name):
+    """Finding 4 (issue 16): the key only lower-cased the posted name, so after 10 refusals
+    for "ada", "ａｄａ" (NFKC: "ada") got 10 more password guesses at the same account."""
+    get_user_model().objects.create_user(name, password=PASSWORD)
+    limits(login_user="10/30s")
+    fresh_window("login-user", ratelimits.posted_username, username=name, need_s=10)
+    client = Client()
+    for _ in range(10):
+        assert log_in(client, name).status_code == 200  # wrong password: the form's error
+    for variant in LOOK_ALIKES[name]:
+        response = log_in(client, variant, PASSWORD)  # even with the right password
+        assert response.status_code == 429, variant
+        assert int(response["Retry-After"]) >= 1
+        assert "Too many login attempts for this username (10 in" in page_text(response)
+        assert "_auth_user_id" not in client.session, variant
+
+    # Spread over the variants, the attempts still add up to one budget.
+    caches["ratelimit"].clear()
+    fresh_window("login-user", ratelimits.posted_username, username=name, need_s=10)
+    variants = (LOOK_ALIKES[name] * 10)[:10]
+    for variant in variants:
+        assert log_in(client, variant).status_code == 200, variant
+    assert log_in(client, name, PASSWORD).status_code == 429
+    assert "_auth_user_id" not in client.session
+
+
+def test_the_username_key_folds_like_django_and_then_some():
+    request = RequestFactory().post("/", {"username": "  ＡＤＡ "})
+    assert ratelimits.posted_username("login-user", request) == "ada"
+    request = RequestFactory().post("/", {"username": "Straße"})  # casefold: ß -> ss
+    assert ratelimits.posted_username("login-user", request) == "strasse"
+    request = RequestFactory().post("/", {"username": "x" * 500})
+    assert len(ratelimits.posted_username("login-user", request)) == 150
 
 
 def test_login_per_address_triggers_at_the_limit_and_resets(limits):
