@@ -1,6 +1,6 @@
-"""Rate limits (django-ratelimit) on logging in, signing up, submitting answers and starting
-lab runs, with a 429 that says what happened, how long to wait, and that nothing typed was
-lost.
+"""Rate limits (django-ratelimit) on logging in, signing up, submitting answers, starting
+lab runs, changing a password or email and resetting a password, with a 429 that says what
+happened, how long to wait, and that nothing typed was lost.
 
 Limits come from settings.RATELIMITS ({group: "count/period"}, from RATELIMIT_* in the
 environment; "off" disables one). Counters live in the `ratelimit` cache (Redis, shared by
@@ -150,6 +150,29 @@ def lab_message(limited: Limited) -> str:
     return (
         f"You have started {limited.limit} lab runs in {limited.per}, the most allowed. "
         f"Your settings are kept: you can start the next run in {limited.wait}."
+    )
+
+
+def password_check_message(limited: Limited) -> str:
+    return (
+        f"Too many attempts with your current password on this account ({limited.limit} in "
+        f"{limited.per} at most, password and email changes together). Wait {limited.wait}, "
+        "then try again."
+    )
+
+
+def reset_message(limited: Limited) -> str:
+    who = "this email address" if limited.group == "reset-email" else "your network address"
+    return (
+        f"Too many password-reset requests for {who} ({limited.limit} in {limited.per} at "
+        f"most). Wait {limited.wait}, then ask again."
+    )
+
+
+def reset_confirm_message(limited: Limited) -> str:
+    return (
+        f"Too many password-reset link requests from your network address ({limited.limit} "
+        f"in {limited.per} at most). Wait {limited.wait}, then open the link again."
     )
 
 
