@@ -89,7 +89,7 @@ class EmailForm(forms.Form):
 @login_required
 def profile(request: HttpRequest) -> HttpResponse:
     user = request.user
-    form = EmailForm(user, request.POST or None)
+    form = EmailForm(user, request.POST if request.method == "POST" else None)
     context = {"form": form, "reset_lifetime": reset_link_lifetime()}
     if request.method == "POST":
         # Each post may test a password: it counts with the password changes.

@@ -162,24 +162,24 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # default is 3 days; the setting is global) and stop working once the password changes.
 PASSWORD_RESET_TIMEOUT = 3600
 # Base of the links `manage reset_link` prints (the emailed ones use the request's host).
-SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+SITE_URL = (os.environ.get("SITE_URL") or "http://127.0.0.1:8000").rstrip("/")
 if not re.match(r"^https?://[^/\s]+(/\S*)?$", SITE_URL):
     raise ImproperlyConfigured(f"SITE_URL={SITE_URL!r} must be http(s)://host[:port][/path]")
-DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Inference trainer <trainer@localhost>")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL") or "Inference trainer <trainer@localhost>"
 # EMAIL_HOST set: mail goes out through that SMTP server; unset: printed on the web
 # process's console (development; in production without SMTP, use `manage reset_link`).
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
-EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "587"))
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT") or "587")
 EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
-EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
-EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)  # implicit TLS (port 465)
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", not EMAIL_USE_SSL)  # STARTTLS (port 587)
 if EMAIL_USE_TLS and EMAIL_USE_SSL:
     raise ImproperlyConfigured(
         "EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive: STARTTLS (port 587) or SSL (port 465)."
     )
 # A stuck SMTP server must not hold a web request (and its worker) for long.
-EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", "10"))
+EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT") or "10")
 EMAIL_BACKEND = (
     "django.core.mail.backends.smtp.EmailBackend"
     if EMAIL_HOST

@@ -370,7 +370,9 @@ def test_mail_settings_come_from_the_environment():
         "10.0",
     ]  # fmt: skip
     assert out[-1] == "https://trainer.example.com"
-    both = settings_with({"EMAIL_HOST": "x", "EMAIL_USE_SSL": "1"})
+    ssl = settings_with({"EMAIL_HOST": "x", "EMAIL_PORT": "465", "EMAIL_USE_SSL": "1"})
+    assert ssl.stdout.strip().split("|")[2:4] == ["465", "False"]  # no STARTTLS over SSL
+    both = settings_with({"EMAIL_HOST": "x", "EMAIL_USE_SSL": "1", "EMAIL_USE_TLS": "1"})
     assert both.returncode != 0 and "EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive" in both.stderr
     bad = settings_with({"SITE_URL": "trainer.example.com"})
     assert bad.returncode != 0 and "SITE_URL='trainer.example.com' must be" in bad.stderr
