@@ -1,6 +1,6 @@
-"""Rate limits (django-ratelimit) on logging in, signing up, submitting answers and starting
-lab runs, with a 429 that says what happened, how long to wait, and that nothing typed was
-lost.
+"""Rate limits (django-ratelimit) on logging in, signing up, submitting answers, starting
+lab runs, changing a password or email and resetting a password, with a 429 that says what
+happened, how long to wait, and that nothing typed was lost.
 
 Limits come from settings.RATELIMITS ({group: "count/period"}, from RATELIMIT_* in the
 environment; "off" disables one). Counters live in the `ratelimit` cache (Redis, shared by
@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -40,8 +41,21 @@ def client_ip(group: str, request: HttpRequest) -> str:
     return str(address)
 
 
+def fold(text: str) -> str:
+    """The form under which look-alike names share one counter: NFKC (what Django applies to
+    usernames at sign-up and in the login form, so "ａｄａ" logs in as "ada"), then case-folded
+    (which also folds "ADA" and "ß"/"ss"; a wider key only makes the limit stricter)."""
+    return unicodedata.normalize("NFKC", text).casefold().strip()
+
+
 def posted_username(group: str, request: HttpRequest) -> str:
-    return request.POST.get("username", "").strip().lower()[:150]
+    return fold(request.POST.get("username", "")[:1000])[:150]
+
+
+def posted_email(group: str, request: HttpRequest) -> str:
+    """The address a reset is asked for, folded like Django's own lookup (PasswordResetForm
+    matches NFKC + casefold), so one inbox is one counter however it is spelled."""
+    return fold(request.POST.get("email", "")[:1000])[:254]
 
 
 def user_id(group: str, request: HttpRequest) -> str:
@@ -136,6 +150,29 @@ def lab_message(limited: Limited) -> str:
     return (
         f"You have started {limited.limit} lab runs in {limited.per}, the most allowed. "
         f"Your settings are kept: you can start the next run in {limited.wait}."
+    )
+
+
+def password_check_message(limited: Limited) -> str:
+    return (
+        f"Too many attempts with your current password on this account ({limited.limit} in "
+        f"{limited.per} at most, password and email changes together). Wait {limited.wait}, "
+        "then try again."
+    )
+
+
+def reset_message(limited: Limited) -> str:
+    who = "this email address" if limited.group == "reset-email" else "your network address"
+    return (
+        f"Too many password-reset requests for {who} ({limited.limit} in {limited.per} at "
+        f"most). Wait {limited.wait}, then ask again."
+    )
+
+
+def reset_confirm_message(limited: Limited) -> str:
+    return (
+        f"Too many password-reset link requests from your network address ({limited.limit} "
+        f"in {limited.per} at most). Wait {limited.wait}, then open the link again."
     )
 
 

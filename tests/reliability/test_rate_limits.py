@@ -21,6 +21,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
+from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import Client, RequestFactory
@@ -68,10 +69,12 @@ def ada():
     return get_user_model().objects.create_user("ada", password=PASSWORD)
 
 
-def fresh_window(group: str, key, *, user=None, username: str = "", need_s: int = 2):
+def fresh_window(
+    group: str, key, *, user=None, username: str = "", email: str = "", need_s: int = 2
+):
     """Wait, if needed, until the group's current window has at least `need_s` left, so a
-    burst of requests is counted in one window."""
-    request = RequestFactory().post("/", {"username": username})
+    burst of requests is counted in one window (each key value has its own window start)."""
+    request = RequestFactory().post("/", {"username": username, "email": email})
     request.user = user or AnonymousUser()
     rate = django_settings.RATELIMITS[group]
     while True:
@@ -127,6 +130,50 @@ def test_login_per_username_triggers_at_the_limit_and_resets(limits, ada):
     assert client.session["_auth_user_id"] == str(ada.pk)
 
 
+# Look-alikes Django's login form folds onto the same account (UsernameField applies NFKC
+# before authenticating): full-width, mathematical bold, ligature, case and spacing variants.
+LOOK_ALIKES = {
+    "ada": ["ａｄａ", "ＡＤＡ", "AdA", "𝐚𝐝𝐚", " ａｄa "],
+    "fiona": ["ﬁona", "ＦＩＯＮＡ", "ﬁONA"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOK_ALIKES))
+def test_login_per_username_counts_look_alikes_as_the_same_name(limits, name):
+    """Finding 4 (issue 16): the key only lower-cased the posted name, so after 10 refusals
+    for "ada", "ａｄａ" (NFKC: "ada") got 10 more password guesses at the same account."""
+    get_user_model().objects.create_user(name, password=PASSWORD)
+    limits(login_user="10/30s")
+    fresh_window("login-user", ratelimits.posted_username, username=name, need_s=10)
+    client = Client()
+    for _ in range(10):
+        assert log_in(client, name).status_code == 200  # wrong password: the form's error
+    for variant in LOOK_ALIKES[name]:
+        response = log_in(client, variant, PASSWORD)  # even with the right password
+        assert response.status_code == 429, variant
+        assert int(response["Retry-After"]) >= 1
+        assert "Too many login attempts for this username (10 in" in page_text(response)
+        assert "_auth_user_id" not in client.session, variant
+
+    # Spread over the variants, the attempts still add up to one budget.
+    caches["ratelimit"].clear()
+    fresh_window("login-user", ratelimits.posted_username, username=name, need_s=10)
+    variants = (LOOK_ALIKES[name] * 10)[:10]
+    for variant in variants:
+        assert log_in(client, variant).status_code == 200, variant
+    assert log_in(client, name, PASSWORD).status_code == 429
+    assert "_auth_user_id" not in client.session
+
+
+def test_the_username_key_folds_like_django_and_then_some():
+    request = RequestFactory().post("/", {"username": "  ＡＤＡ "})
+    assert ratelimits.posted_username("login-user", request) == "ada"
+    request = RequestFactory().post("/", {"username": "Straße"})  # casefold: ß -> ss
+    assert ratelimits.posted_username("login-user", request) == "strasse"
+    request = RequestFactory().post("/", {"username": "x" * 500})
+    assert len(ratelimits.posted_username("login-user", request)) == 150
+
+
 def test_login_per_address_triggers_at_the_limit_and_resets(limits):
     limits(login_ip="3/4s")
     client = Client()
@@ -165,6 +212,115 @@ def test_signup_per_address_counts_accounts_created_and_resets(limits):
     wait_out(response)
     assert Client().post("/accounts/signup/", signup_data("new3")).status_code == 302
     assert get_user_model().objects.filter(username="new3").exists()
+
+
+# --- password change, reset ------------------------------------------------------------------
+
+
+def change_password(client: Client, old: str, new: str = "a-new-password-for-ada"):
+    data = {"old_password": old, "new_password1": new, "new_password2": new}
+    return client.post("/accounts/password/", data)
+
+
+def test_password_checks_per_learner_cover_password_and_email_changes(limits, ada):
+    limits(password_change="3/4s")
+    bob = get_user_model().objects.create_user("bob", password=PASSWORD)
+    client = Client()
+    client.force_login(ada)
+    fresh_window("password-change", ratelimits.user_id, user=ada, need_s=2)
+    for _ in range(2):
+        response = change_password(client, "guess")
+        assert response.status_code == 200 and "old password was entered incorrectly" in (
+            page_text(response)
+        )
+    # The email form checks the same password: it spends the same budget.
+    email = {"email": "ada@example.com", "current_password": "guess"}
+    assert client.post("/accounts/profile/", email).status_code == 400
+    response = client.post("/accounts/profile/", email | {"current_password": PASSWORD})
+    assert response.status_code == 429
+    html = page_text(response)
+    assert "Too many attempts with your current password on this account (3 in 4 seconds" in html
+    assert 'value="ada@example.com"' in html  # the address typed is kept
+    response = change_password(client, PASSWORD)  # even the right one, before any check
+    assert response.status_code == 429 and int(response["Retry-After"]) >= 1
+    ada.refresh_from_db()
+    assert ada.email == "" and ada.check_password(PASSWORD)
+    other = Client()  # per learner: someone else is not affected
+    other.force_login(bob)
+    assert change_password(other, "guess").status_code == 200
+    wait_out(response)
+    assert change_password(client, PASSWORD).status_code == 302
+    ada.refresh_from_db()
+    assert ada.check_password("a-new-password-for-ada")
+
+
+def ask_reset(client: Client, email: str):
+    return client.post("/accounts/password/reset/", {"email": email})
+
+
+def test_reset_requests_per_address_asked_for_whatever_its_spelling(limits, ada):
+    from django.core import mail
+
+    get_user_model().objects.filter(pk=ada.pk).update(email="ada@example.com")
+    limits(reset_email="2/4s")
+    fresh_window("reset-email", ratelimits.posted_email, email="ada@example.com", need_s=2)
+    for spelling in ("ada@example.com", "ADA@Example.com"):
+        assert ask_reset(Client(), spelling).status_code == 302
+    assert len(mail.outbox) == 2
+    response = ask_reset(Client(REMOTE_ADDR="10.9.9.9"), " Ada@EXAMPLE.COM ")
+    assert response.status_code == 429
+    html = page_text(response)
+    assert "Too many password-reset requests for this email address (2 in 4 seconds" in html
+    assert 'value=" Ada@EXAMPLE.COM "' in html  # kept in the form
+    assert len(mail.outbox) == 2  # nothing sent
+    # An unknown address is limited the same way: the 429 tells nothing about accounts.
+    fresh_window("reset-email", ratelimits.posted_email, email="nobody@example.com", need_s=2)
+    for _ in range(2):
+        assert ask_reset(Client(), "nobody@example.com").status_code == 302
+    unknown = ask_reset(Client(), "nobody@example.com")
+    assert unknown.status_code == 429
+    assert "for this email address (2 in 4 seconds" in page_text(unknown)
+    wait_out(response)
+    assert ask_reset(Client(), "ada@example.com").status_code == 302
+    assert len(mail.outbox) == 3
+
+
+def test_reset_requests_per_client_address(limits):
+    limits(reset_ip="2/4s")
+    fresh_window("reset-ip", ratelimits.client_ip, need_s=2)
+    client = Client()
+    for name in ("a", "b"):
+        assert ask_reset(client, f"{name}@example.com").status_code == 302
+    response = ask_reset(client, "c@example.com")
+    assert response.status_code == 429
+    assert "Too many password-reset requests for your network address" in page_text(response)
+    assert ask_reset(Client(REMOTE_ADDR="10.1.2.3"), "c@example.com").status_code == 302
+    wait_out(response)
+    assert ask_reset(client, "c@example.com").status_code == 302
+
+
+def test_reset_link_attempts_per_client_address(limits, ada):
+    from django.contrib.auth.tokens import default_token_generator
+    from django.utils.encoding import force_bytes
+    from django.utils.http import urlsafe_base64_encode
+
+    limits(reset_confirm_ip="3/4s")
+    uid = urlsafe_base64_encode(force_bytes(ada.pk))
+    client = Client()
+    fresh_window("reset-confirm-ip", ratelimits.client_ip, need_s=2)
+    for guess in ("aaaaaa-0", "aaaaaa-1", "aaaaaa-2"):  # guessing tokens
+        response = client.get(f"/accounts/reset/{uid}/{guess}/")
+        assert response.status_code == 200 and "This link no longer works" in page_text(response)
+    real = f"/accounts/reset/{uid}/{default_token_generator.make_token(ada)}/"
+    response = client.get(real)  # the right token no longer gets checked from here
+    assert response.status_code == 429
+    html = page_text(response)
+    assert "Too many password-reset link requests from your network address (3 in 4" in html
+    assert 'href="/accounts/password/reset/"' in html
+    # The real owner, elsewhere, is not affected.
+    assert Client(REMOTE_ADDR="10.4.4.4").get(real).status_code == 302
+    wait_out(response)
+    assert client.get(real).status_code == 302
 
 
 # --- answers ----------------------------------------------------------------------------------
