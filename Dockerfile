@@ -47,6 +47,5 @@ RUN DEBUG=0 SECRET_KEY=build-only-not-a-secret ALLOWED_HOSTS=build.invalid \
 USER trainer
 EXPOSE 8000
 # The web process; the compose file gives the workers and the migrate job their own commands.
-CMD ["python", "-m", "uvicorn", "trainer.asgi:application", "--host", "0.0.0.0", "--port", "8000", \
-     "--workers", "2", "--proxy-headers", "--timeout-graceful-shutdown", "5", \
-     "--timeout-worker-healthcheck", "30"]
+# (uvicorn via trainer/web.py: proxy headers only from FORWARDED_ALLOW_IPS, none by default.)
+CMD ["python", "-m", "trainer.web", "--host", "0.0.0.0", "--port", "8000", "--workers", "2"]

@@ -26,6 +26,12 @@ Redis stream entry's `t`, lab/streams.py). Same machine, same wall clock: the be
 point written -> SSE received and point written -> drawn. Points replayed from the DB when
 the page opens carry no write time and are left out.
 
+`--serve` starts the server itself (as above, on a free port, with a fresh VAR_DIR) and stops
+it afterwards; `--compare-nice 0,10` runs one such sitting per LAB_WORKER_NICE value, one
+after the other, and ends with a side-by-side table: practice page views (the GETs in
+PRACTICE_PAGE_VIEWS, not submit + grading or login) beside each lab run's CPU share, nice and
+point latency. Each lab run's niceness and CPU share come from its run page ("Conditions").
+
 The command exits with status 1 if any request or lab run failed.
 """
 
@@ -33,10 +39,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import re
+import shutil
+import signal
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections import defaultdict
@@ -121,6 +134,17 @@ class LabRunRecord:
     live_points: int = 0
     first_point_s: float | None = None  # submit clicked -> first live point drawn
     cut: bool = False  # still going when the window closed (then cancelled)
+    conditions: str = ""  # the run page's "Conditions" line (lab/conditions.py)
+
+    @property
+    def nice(self) -> int | None:
+        match = re.search(r"nice (-?\d+)", self.conditions)
+        return int(match.group(1)) if match else None
+
+    @property
+    def cpu_share(self) -> float | None:
+        match = re.search(r"CPU share (\d+) %", self.conditions)
+        return float(match.group(1)) if match else None
 
 
 @dataclass
@@ -391,6 +415,7 @@ async def lab_driver(page, spec, user, deadline, out: LabResult, grace_s: float 
                 except PlaywrightError:
                     rec.error("lab: cancel at the end", f"run {run.run_id} did not end in 60 s")
             run.status = await page.get_attribute("#run-status", "data-status") or "?"
+            run.conditions = (await page.text_content("#run-conditions span") or "").strip()
             if run.status == "failed" or (run.status == "cancelled" and not run.cut):
                 error = await page.inner_text("#run-error")
                 rec.error("lab: run outcome", f"run {run.run_id} {run.status}: {error}")
@@ -470,6 +495,33 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+# Page views of practising (docs/BENCHMARKS.md): the GETs that render a practice page. Not
+# the submit (it grades: CPU-bound by design), autosaves, logging in, or the mock.
+PRACTICE_PAGE_VIEWS = (
+    "home",
+    "topic page",
+    "practice redirect",
+    "question page",
+    "feedback page",
+    "progress page",
+)
+
+
+def practice_views(rec: Recorder) -> list[float]:
+    return [ms for kind in PRACTICE_PAGE_VIEWS for ms in rec.latency.get(kind, [])]
+
+
+def practice_line(rec: Recorder) -> str:
+    values = practice_views(rec)
+    if not values:
+        return "Practice page views: none"
+    return (
+        f"Practice page views ({', '.join(PRACTICE_PAGE_VIEWS)}): {len(values)}, "
+        f"p50 {statistics.median(values):.1f} ms, p95 {pct(values, 0.95):.1f} ms, "
+        f"p99 {pct(values, 0.99):.1f} ms"
+    )
+
+
 def table(rec: Recorder) -> None:
     print("| page | requests | errors | p50 ms | p95 ms | p99 ms |")
     print("|---|---|---|---|---|---|")
@@ -502,15 +554,22 @@ def lab_tables(lab: LabResult) -> None:
             print(f"| {name} | 0 | – | – | – | – |")
     if lab.no_write_time:
         print(f"({lab.no_write_time} points replayed from the DB, no write time: left out)")
-    print("\n| lab user | lab | run | outcome | live points | submit -> first point s | worker |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "\n| lab user | lab | run | outcome | live points | submit -> first point s | worker "
+        "| nice | CPU share % |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in lab.runs:
         outcome = f"{r.status} (cancelled at the window's end)" if r.cut else r.status
         first = f"{r.first_point_s:.2f}" if r.first_point_s is not None else "–"
+        nice = r.nice if r.nice is not None else "–"
+        share = f"{r.cpu_share:.0f}" if r.cpu_share is not None else "–"
         print(
             f"| {r.user} | {r.lab} | #{r.run_id} | {outcome} | {r.live_points} | {first} | "
-            f"{r.worker} |"
+            f"{r.worker} | {nice} | {share} |"
         )
+    if lab.runs:
+        print("Conditions of the last run (its page): " + (lab.runs[-1].conditions or "–"))
     if any((r.first_point_s or 0) > 10 for r in lab.runs):
         print(
             "A run waited over 10 s for its first point: queued behind the other run (one lab "
@@ -534,6 +593,7 @@ def report(result: Result, args: argparse.Namespace) -> int:
         f"{sum(rec.errors.values())} errors"
     )
     table(rec)
+    print(practice_line(rec))
     if args.lab:
         print(f"\n{len(args.lab)} lab users in headless Chromium: {', '.join(args.lab)}")
         lab_tables(result.lab)
@@ -542,6 +602,113 @@ def report(result: Result, args: argparse.Namespace) -> int:
         f"{result.load_after:.1f} after (1 min). Errors: {errors}."
     )
     return errors
+
+
+# ---------------------------------------------------------------- serving it ourselves
+
+
+@contextlib.contextmanager
+def served(port: int, nice: int | None, log_path: str, timeout_s: float = 600.0):
+    """`python -m manage run_all --port <port> --concurrency 2` (two lab runs at once), rate
+    limits per address and lab runs off (every simulated learner is 127.0.0.1), a fresh
+    VAR_DIR (own SQLite database and embedded Redis) and LAB_WORKER_NICE=<nice>; yields its
+    URL once /healthz is up and a worker consumes lab-cpu, then stops it (SIGINT: run_all
+    stops web, workers and Redis)."""
+    var_dir = tempfile.mkdtemp(prefix="bench-web-")
+    env = {
+        **os.environ,
+        "VAR_DIR": var_dir,
+        "RATELIMIT_SIGNUP_IP": "off",
+        "RATELIMIT_LOGIN_IP": "off",
+        "RATELIMIT_LAB_RUN": "off",
+    }
+    if nice is not None:
+        env["LAB_WORKER_NICE"] = str(nice)
+    argv = [sys.executable, "-m", "manage", "run_all", "--port", str(port), "--concurrency", "2"]
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if server.poll() is not None:
+                raise SystemExit(f"run_all exited with {server.returncode}: see {log_path}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"run_all not ready after {timeout_s:.0f} s: see {log_path}")
+            try:
+                health = httpx.get(f"{url}/healthz", timeout=5)
+                if health.status_code == 200 and "lab-cpu" in health.text:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        yield url
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        shutil.rmtree(var_dir, ignore_errors=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def sitting(args: argparse.Namespace, base: str) -> Result:
+    return asyncio.run(
+        run(
+            base.rstrip("/"),
+            args.users,
+            args.seconds,
+            (args.think_min, args.think_max),
+            args.ramp,
+            tuple(args.lab),
+            args.mock_share,
+            args.chromium,
+        )
+    )
+
+
+def comparison(rows: list[tuple[str, Result]]) -> None:
+    """One line per LAB_WORKER_NICE: the practice page views beside what the labs got."""
+    print(
+        "\n| LAB_WORKER_NICE | practice page views | p50 ms | p95 ms | p99 ms "
+        "| submit + grading p95 ms | lab runs | lab CPU share % (mean) | written -> drawn p95 ms "
+        "| load avg after | errors |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for nice, result in rows:
+        views = practice_views(result.rec)
+        grading = result.rec.latency.get("submit + rubric grading", [])
+        shares = [r.cpu_share for r in result.lab.runs if r.cpu_share is not None]
+        cells = [
+            str(nice),
+            str(len(views)),
+            *(
+                (
+                    f"{statistics.median(views):.1f}",
+                    f"{pct(views, 0.95):.1f}",
+                    f"{pct(views, 0.99):.1f}",
+                )
+                if views
+                else ("–",) * 3
+            ),
+            f"{pct(grading, 0.95):.1f}" if grading else "–",
+            str(len(result.lab.runs)),
+            f"{statistics.mean(shares):.0f}" if shares else "–",
+            f"{pct(result.lab.to_drawn, 0.95):.1f}" if result.lab.to_drawn else "–",
+            f"{result.load_after:.1f}",
+            str(result.error_count),
+        ]
+        print("| " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -567,23 +734,45 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--no-lab", action="store_true", help="learners only, no browser")
     parser.add_argument("--chromium", default=CHROMIUM)
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="start the server itself (run_all --concurrency 2, fresh VAR_DIR, per-address "
+        "limits off) on a free port, and stop it afterwards; --base-url is ignored",
+    )
+    parser.add_argument(
+        "--compare-nice",
+        metavar="N,M,...",
+        help="implies --serve: one sitting per LAB_WORKER_NICE value (e.g. 0,10), each on a "
+        "fresh server, then a side-by-side table of practice page views",
+    )
     args = parser.parse_args(argv)
     args.lab = [] if args.no_lab else (args.lab or list(DEFAULT_LABS))
     for spec in args.lab:
         parse_lab(spec)
-    result = asyncio.run(
-        run(
-            args.base_url.rstrip("/"),
-            args.users,
-            args.seconds,
-            (args.think_min, args.think_max),
-            args.ramp,
-            tuple(args.lab),
-            args.mock_share,
-            args.chromium,
-        )
-    )
-    if report(result, args):
+    nices: list[int | None] = [None]
+    if args.compare_nice:
+        try:
+            nices = [int(n) for n in args.compare_nice.split(",")]
+        except ValueError:
+            parser.error(f"--compare-nice {args.compare_nice!r}: integers, e.g. 0,10")
+    if not (args.serve or args.compare_nice):
+        if report(sitting(args, args.base_url), args):
+            raise SystemExit(1)
+        return
+    rows, errors = [], 0
+    for nice in nices:
+        label = "default" if nice is None else str(nice)
+        log_path = os.path.join(tempfile.gettempdir(), f"bench-web-server-nice-{label}.log")
+        print(f"\n## LAB_WORKER_NICE={label} (server log: {log_path})\n", flush=True)
+        with served(free_port(), nice, log_path) as base:
+            args.base_url = base
+            result = sitting(args, base)
+        errors += report(result, args)
+        rows.append((label, result))
+    if len(rows) > 1:
+        comparison(rows)
+    if errors:
         raise SystemExit(1)
 
 

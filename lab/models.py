@@ -31,6 +31,8 @@ class LabRun(models.Model):
     heartbeat = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     summary = models.JSONField(default=dict, blank=True)
+    # Load average, CPU share, torch threads and niceness at start/end (lab/conditions.py).
+    conditions = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ("-created",)

@@ -20,6 +20,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from lab import streams
+from lab.conditions import Meter
+from lab.conditions import describe as describe_conditions
 from lab.labs import get_lab
 from lab.labs.base import LabCancelled, RunContext
 from lab.models import LabPoint, LabRun
@@ -69,6 +71,7 @@ def status_payload(run: LabRun) -> dict[str, Any]:
         "device": run.device,
         "error": run.error,
         "summary": run.summary,
+        "conditions": describe_conditions(run.conditions),
         "started": run.started.isoformat() if run.started else None,
         "finished": run.finished.isoformat() if run.finished else None,
     }
@@ -238,9 +241,11 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
             return "stale"
         if run.status != LabRun.Status.QUEUED:
             return run.status  # cancelled while queued, or redelivered after it started
+        meter = Meter.start()
         run.status, run.worker = LabRun.Status.RUNNING, hostname
         run.started = run.heartbeat = timezone.now()
-        run.save(update_fields=["status", "worker", "started", "heartbeat"])
+        run.conditions = meter.start_record()
+        run.save(update_fields=["status", "worker", "started", "heartbeat", "conditions"])
     _clear_stream(run_id)
     liveness = _Liveness(run_id, last_beat=time.monotonic())
     ctx = RunContext(
@@ -279,14 +284,21 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
         log.exception("lab run %s failed", run_id)
         status, error = LabRun.Status.FAILED, f"{type(exc).__name__}: {exc}"
     summary = {**ctx.summary, "points": seq, "wall_s": round(time.perf_counter() - started, 3)}
-    return _finish(run_id, status, error, summary)
+    return _finish(run_id, status, error, summary, meter.end_record())
 
 
-def _finish(run_id: int, status: str, error: str, summary: dict[str, Any]) -> str:
+def _finish(
+    run_id: int,
+    status: str,
+    error: str,
+    summary: dict[str, Any],
+    conditions: dict[str, Any] | None = None,
+) -> str:
     """Record the end unless someone else already ended the run (reaper, cancel)."""
     now = timezone.now()
+    fields: dict[str, Any] = {"conditions": conditions} if conditions is not None else {}
     updated = LabRun.objects.filter(pk=run_id, status=LabRun.Status.RUNNING).update(
-        status=status, error=error, summary=summary, finished=now, heartbeat=now
+        status=status, error=error, summary=summary, finished=now, heartbeat=now, **fields
     )
     run = LabRun.objects.get(pk=run_id)
     if updated:

@@ -12,9 +12,10 @@ from celery.signals import task_failure, worker_init, worker_process_init
 
 from lab import services
 
-# This worker's node name (e.g. celery@gpu-3) and how many runs it executes at once;
-# inherited by the pool's forks.
-_NODE: dict = {"name": "", "concurrency": 1}
+# This worker's node name (e.g. celery@gpu-3), how many runs it executes at once and whether
+# it consumes a lab queue; inherited by the pool's forks.
+_NODE: dict = {"name": "", "concurrency": 1, "lab": False}
+LAB_QUEUES = frozenset({"lab-cpu", "lab-gpu"})
 
 
 @worker_init.connect
@@ -24,6 +25,38 @@ def _remember_node_name(sender=None, **kwargs) -> None:
     _NODE["concurrency"] = (
         concurrency if isinstance(concurrency, int) and concurrency > 0 else (os.cpu_count() or 1)
     )
+    _NODE["lab"] = bool(consumed_queues(sender) & LAB_QUEUES)
+
+
+def consumed_queues(worker) -> set[str]:
+    """The queues a worker consumes (-Q; all the app's queues when not given)."""
+    amqp = getattr(getattr(worker, "app", None), "amqp", None)
+    if amqp is None:
+        return set()
+    return set(amqp.queues.consume_from or amqp.queues)
+
+
+def lower_priority(nice: int, *, whole_process: bool) -> int:
+    """Raise this thread's (whole_process: every thread's) niceness to `nice`, never lower
+    it (that needs privileges); returns this thread's niceness. Linux keeps niceness per
+    thread, and threads started later inherit their creator's: called before torch starts
+    its thread pool, the whole lab runs at `nice`."""
+    tids = [0]
+    if whole_process and os.path.isdir("/proc/self/task"):
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    for tid in tids:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except (ProcessLookupError, PermissionError, OSError):  # a thread gone meanwhile
+            continue
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def _lab_nice() -> int:
+    from django.conf import settings
+
+    return int(getattr(settings, "LAB_WORKER_NICE", 0))
 
 
 def torch_threads() -> int:
@@ -45,7 +78,11 @@ def _limit_threads() -> None:
 
 @worker_process_init.connect
 def _limit_threads_in_pool_process(**kwargs) -> None:
-    """Each prefork pool process (where runs overlap); a solo worker keeps torch's default."""
+    """Each prefork pool process (where runs overlap); a solo worker keeps torch's default.
+    A pool process of a worker consuming a lab queue first drops to LAB_WORKER_NICE, before
+    torch starts any thread: the web processes on the same cores come first."""
+    if _NODE["lab"]:
+        lower_priority(_lab_nice(), whole_process=True)
     _limit_threads()
 
 
@@ -55,11 +92,14 @@ def _node(task) -> str:
 
 @shared_task(bind=True, name="lab.tasks.run_lab_cpu", acks_late=True)
 def run_lab_cpu(self, run_id: int) -> str:
+    # Already done in a prefork pool process; a solo/threads worker runs labs in this thread.
+    lower_priority(_lab_nice(), whole_process=False)
     return services.execute_run(run_id, _node(self), task_id=self.request.id)
 
 
 @shared_task(bind=True, name="lab.tasks.run_lab_gpu", acks_late=True)
 def run_lab_gpu(self, run_id: int) -> str:
+    lower_priority(_lab_nice(), whole_process=False)
     return services.execute_run(run_id, _node(self), task_id=self.request.id)
 
 

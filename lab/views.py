@@ -36,7 +36,7 @@ KEEPALIVE_EVERY = 7  # blocks without news between keep-alive comments (~15 s)
 
 def _questions_by_lab() -> dict[str, list[Question]]:
     out: dict[str, list[Question]] = {slug: [] for slug in LABS}
-    for q in Question.objects.select_related("topic").order_by("topic__order", "order"):
+    for q in Question.objects.published().select_related("topic").order_by("topic__order", "order"):
         for slug in q.related_labs or ():
             if slug in out:
                 out[slug].append(q)

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from mock import live
 from mock.models import FollowUpAnswer, MockInterview, MockInvite, MockItem
-from questions.models import Loop, Question
+from questions.models import Loop, Question, published_q
 from trainer import services as practice
 from trainer.grading.arithmetic import AnswerError
 from trainer.models import Attempt
@@ -55,10 +55,17 @@ def remaining_s(deadline: datetime | None, now: datetime | None = None) -> float
 
 def mock_start(*, user, loop: Loop, now: datetime | None = None) -> MockInterview:
     """A new mock of `loop`: every question's budget is its minutes × MOCK_TIME_SCALE; the
-    loop's deadline is the sum. The first question starts at once."""
-    loop_items = list(loop.items.select_related("question").order_by("order", "id"))
+    loop's deadline is the sum. The first question starts at once. Only published questions
+    are asked (a draft in the loop is skipped, its minutes with it)."""
+    loop_items = list(
+        loop.items.filter(published_q("question__"))
+        .select_related("question")
+        .order_by("order", "id")
+    )
     if not loop_items:
-        raise MockError("This loop has no questions yet; load the bank or pick another loop.")
+        raise MockError(
+            "This loop has no published questions yet; load the bank or pick another loop."
+        )
     now = now or timezone.now()
     scale = float(settings.MOCK_TIME_SCALE)
     budgets = [li.minutes * 60.0 * scale for li in loop_items]

@@ -7,6 +7,7 @@ import contextlib
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -18,7 +19,7 @@ from mock import scorecard as cards
 from mock import services
 from mock.models import MockInterview, MockInvite, MockItem
 from questions.markdown import render_markdown
-from questions.models import Loop, Question
+from questions.models import Loop, LoopItem, Question, published_q
 from questions.problems import render_text, solve
 from trainer import ratelimits
 from trainer import services as practice
@@ -58,7 +59,8 @@ def _answer_limited(request: HttpRequest, item: MockItem, slot: str) -> HttpResp
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     loops = []
-    for loop in Loop.objects.prefetch_related("items__question"):
+    published_items = LoopItem.objects.filter(published_q("question__"))
+    for loop in Loop.objects.prefetch_related(Prefetch("items", queryset=published_items)):
         items = list(loop.items.all())
         last = (
             MockInterview.objects.filter(user=request.user, loop=loop, finished__isnull=False)
@@ -85,7 +87,7 @@ def loop_page(request: HttpRequest, slug: str) -> HttpResponse:
     scale = float(settings.MOCK_TIME_SCALE)
     rounds = [
         {"item": li, "question": li.question, "budget_s": li.minutes * 60 * scale}
-        for li in loop.items.select_related("question__topic")
+        for li in loop.items.filter(published_q("question__")).select_related("question__topic")
     ]
     history = cards.history(request.user, loop)
     chart = [

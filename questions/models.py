@@ -27,9 +27,17 @@ class Topic(models.Model):
         return self.title
 
 
+def published_q(path: str = "") -> models.Q:
+    """The one definition of what a learner may see: a published question. `path` reaches
+    the question from another model ("question__" from an Attempt, LoopItem or ReviewCard,
+    "questions__" from a Topic). Every learner-facing read filters with this; only the
+    admin (authors' previews) shows drafts."""
+    return models.Q(**{f"{path}status": Question.Status.PUBLISHED})
+
+
 class QuestionQuerySet(models.QuerySet):
     def published(self) -> QuestionQuerySet:
-        return self.filter(status=Question.Status.PUBLISHED)
+        return self.filter(published_q())
 
 
 class Question(models.Model):

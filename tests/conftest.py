@@ -150,6 +150,10 @@ def live_worker(redis_url):
     from django.conf import settings
 
     settings.LAB_REQUEUE_EVERY_S = 0
+    # This worker runs labs in a thread of the test process: not reniced (LAB_WORKER_NICE's
+    # default, 10, would stay on that thread for the session; a test of it starts a real
+    # worker process, tests/lab/test_lab_conditions.py).
+    settings.LAB_WORKER_NICE = 0
     with start_worker(
         app,
         pool="solo",

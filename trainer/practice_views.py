@@ -99,6 +99,10 @@ def practice_new_variant(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def attempt_page(request: HttpRequest, attempt_id: int) -> HttpResponse:
     attempt = own_attempt(request, attempt_id)
+    # A question withdrawn to draft after the attempt is shown to nobody but its authors (in
+    # the admin); what the learner typed stays stored (and in export_learner_data).
+    if not Question.objects.published().filter(pk=attempt.question_id).exists():
+        raise Http404("This question is not published.")
     if attempt.question.kind != Question.Kind.ARITHMETIC:
         return scenario_views.scenario_page(request, attempt)
     return render(request, "trainer/arithmetic.html", _page_context(attempt))

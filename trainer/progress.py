@@ -8,20 +8,23 @@ from datetime import timedelta
 from django.db.models import Avg, Count, Q
 from django.utils import timezone
 
-from questions.models import COMPETENCIES, Question, Topic
+from questions.models import COMPETENCIES, Question, Topic, published_q
 from trainer.models import Attempt, ReviewCard
 
 
 def graded_attempts(user):
-    return Attempt.objects.filter(user=user, score__isnull=False, submitted__isnull=False)
+    """The learner's graded attempts on questions a learner may see (published)."""
+    return Attempt.objects.filter(
+        published_q("question__"), user=user, score__isnull=False, submitted__isnull=False
+    )
 
 
 def topic_progress(user) -> dict[int, dict]:
     """Per topic id: questions attempted, published total, mean of each question's best score."""
     totals = dict(
-        Topic.objects.annotate(
-            n=Count("questions", filter=Q(questions__status="published"))
-        ).values_list("id", "n")
+        Topic.objects.annotate(n=Count("questions", filter=published_q("questions__"))).values_list(
+            "id", "n"
+        )
     )
     best: dict[tuple[int, int], float] = {}
     for topic_id, question_id, score in graded_attempts(user).values_list(
@@ -67,7 +70,8 @@ def reviews_due_by_day(user, days: int = 14) -> list[dict]:
     """Cards due on each of the next `days` days; overdue ones count today."""
     today = timezone.localdate()
     counts = defaultdict(int)
-    for due in ReviewCard.objects.filter(user=user).values_list("due", flat=True):
+    cards = ReviewCard.objects.filter(published_q("question__"), user=user)
+    for due in cards.values_list("due", flat=True):
         day = max(timezone.localtime(due).date(), today)
         counts[day] += 1
     return [
@@ -78,7 +82,7 @@ def reviews_due_by_day(user, days: int = 14) -> list[dict]:
 
 def due_count(user) -> int:
     return ReviewCard.objects.filter(
-        user=user, due__lte=timezone.now(), question__status="published"
+        published_q("question__"), user=user, due__lte=timezone.now()
     ).count()
 
 

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from fsrs import Card, Rating, Scheduler
 
+from questions.models import published_q
 from trainer.models import Attempt, ReviewCard, ReviewLog
 
 # No fuzzing: the same history gives the same schedule (reproducible, testable).
@@ -73,7 +74,7 @@ def due_cards(user, now: datetime | None = None) -> QuerySet[ReviewCard]:
     """The learner's cards due now, most overdue first (published questions only)."""
     return (
         ReviewCard.objects.filter(
-            user=user, due__lte=now or timezone.now(), question__status="published"
+            published_q("question__"), user=user, due__lte=now or timezone.now()
         )
         .select_related("question")
         .order_by("due")

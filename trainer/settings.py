@@ -2,16 +2,17 @@
 
 Variables: DEBUG, SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL, REDIS_URL, CSRF_TRUSTED_ORIGINS,
 SECURE_SSL_REDIRECT, TRUST_X_FORWARDED_PROTO, SECURE_HSTS_SECONDS, SECURE_HSTS_PRELOAD,
-LAB_MAX_SECONDS, LAB_MAX_ACTIVE_RUNS, LAB_STALE_SECONDS, LAB_REQUEUE_EVERY_S, MOCK_TIME_SCALE,
-MOCK_DEADLINE_GRACE_S, MOCK_INVITE_HOURS, MOCK_LATE_CREDIT, ARITHMETIC_HINT_PENALTY,
-RATELIMIT_* (rate limits), SITE_URL, DEFAULT_FROM_EMAIL, EMAIL_* (SMTP), LOG_LEVEL,
-STATIC_ROOT, VAR_DIR. See .env.example and
+LAB_MAX_SECONDS, LAB_MAX_ACTIVE_RUNS, LAB_STALE_SECONDS, LAB_REQUEUE_EVERY_S, LAB_WORKER_NICE,
+MOCK_TIME_SCALE, MOCK_DEADLINE_GRACE_S, MOCK_INVITE_HOURS, MOCK_LATE_CREDIT,
+ARITHMETIC_HINT_PENALTY, RATELIMIT_* (rate limits), FORWARDED_ALLOW_IPS, SITE_URL,
+DEFAULT_FROM_EMAIL, EMAIL_* (SMTP), LOG_LEVEL, STATIC_ROOT, VAR_DIR. See .env.example and
 docs/OPERATIONS.md ("Production settings"; tests/reliability/test_deploy.py checks that every
 variable read here is documented there).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -207,6 +208,11 @@ LAB_STALE_SECONDS = int(os.environ.get("LAB_STALE_SECONDS", "60"))
 # Workers send again queued runs whose broker message is gone (Redis restarted empty) on
 # every reconnection and this often (0: only on reconnection).
 LAB_REQUEUE_EVERY_S = float(os.environ.get("LAB_REQUEUE_EVERY_S", "60"))
+# Niceness of the processes that run labs (workers consuming lab-cpu/lab-gpu; lab/tasks.py):
+# on cores shared with the web processes, a lab yields the CPU to page views. 0 = as started.
+LAB_WORKER_NICE = int(os.environ.get("LAB_WORKER_NICE", "10"))
+if not 0 <= LAB_WORKER_NICE <= 19:
+    raise ImproperlyConfigured(f"LAB_WORKER_NICE={LAB_WORKER_NICE} is not a niceness from 0 to 19.")
 # Mock interviews: per-question minutes × this (tests use a small scale to time out in
 # seconds); seconds a late-arriving answer is still on time (network); invite lifetime;
 # share of a late answer's score that counts.
@@ -250,6 +256,27 @@ def ratelimit_rate(name: str, default: str) -> str | None:
 
 RATELIMITS = {g: ratelimit_rate(var, d) for g, (var, d) in RATELIMIT_DEFAULTS.items()}
 RATELIMIT_USE_CACHE = "ratelimit"
+
+
+def forwarded_allow_ips(name: str = "FORWARDED_ALLOW_IPS") -> list[str]:
+    """Proxies whose X-Forwarded-For/-Proto uvicorn believes (trainer/web.py): addresses or
+    networks, comma-separated, or "*" (any peer: only when nothing but the proxy can reach
+    the port). Empty (the default): no header is believed; the client is the TCP peer."""
+    items = env_list(name, "")
+    if items == ["*"]:
+        return items
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not an IP address or network; list the reverse "
+                "proxies' addresses (e.g. 10.0.0.5,172.18.0.0/16), or * for any."
+            ) from None
+    return items
+
+
+FORWARDED_ALLOW_IPS = forwarded_allow_ips()
 RATELIMIT_FAIL_OPEN = True
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},

@@ -12,7 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET
 
-from questions.models import Question, Topic
+from questions.models import Topic, published_q
 from trainer import progress, ratelimits
 from trainer.health import health_report
 from trainer.reviews import due_cards
@@ -21,7 +21,7 @@ from trainer.reviews import due_cards
 def topics_with_counts(search: str = ""):
     """Topics with the number of published questions, optionally filtered by a search."""
     topics = Topic.objects.annotate(
-        question_count=Count("questions", filter=Q(questions__status=Question.Status.PUBLISHED))
+        question_count=Count("questions", filter=published_q("questions__"))
     ).order_by("order", "slug")  # Meta.ordering is ignored by aggregate queries
     if search:
         topics = topics.filter(Q(title__icontains=search) | Q(summary__icontains=search))

@@ -125,6 +125,11 @@ document.addEventListener("DOMContentLoaded", () => {
     el.dataset.status = s.status;
     if (s.worker) document.getElementById("run-worker").textContent = s.worker;
     if (s.device) document.getElementById("run-device").textContent = s.device;
+    if (s.conditions) {
+      const line = document.getElementById("run-conditions");
+      line.querySelector("span").textContent = s.conditions;
+      line.hidden = false;
+    }
     const err = document.getElementById("run-error");
     err.textContent = s.error || "";
     err.hidden = !s.error;

@@ -56,6 +56,9 @@ def child_env(redis_url: str, **extra: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
+        # Lab pool processes at the machine's priority unless a test asks (LAB_WORKER_NICE
+        # defaults to 10): on a shared machine a niced run could miss a fault test's timings.
+        "LAB_WORKER_NICE": "0",
     }
     env.update({k: str(v) for k, v in extra.items()})
     return env

@@ -68,6 +68,15 @@ def test_bench_web_runs_learners_and_a_live_lab_without_errors(site, capsys):
     assert all(d >= r - 1 for d, r in zip(result.lab.to_drawn, result.lab.to_received, strict=True))
     assert all(r >= -1 for r in result.lab.to_received)
     assert f"| point written -> drawn on the chart | {live} | " in out
+    # Practice page views pooled apart from grading and login; each run's conditions (as its
+    # page shows them, recorded by the worker) in the lab table.
+    views = web.practice_views(result.rec)
+    assert views and len(views) == sum(len(result.rec.latency[k]) for k in web.PRACTICE_PAGE_VIEWS)
+    assert f"Practice page views ({', '.join(web.PRACTICE_PAGE_VIEWS)}): {len(views)}, " in out
+    (run,) = result.lab.runs
+    stored = LabRun.objects.get(pk=run.run_id).conditions
+    assert run.nice == stored["nice"] and "CPU share" in run.conditions
+    assert f"| {run.worker} | {run.nice} | {run.cpu_share:.0f} |" in out
 
 
 def web_args(**kw):

@@ -37,7 +37,6 @@ READ_ELSEWHERE = {
     "POSTGRES_USER": "postgres image",
     "POSTGRES_PASSWORD": "postgres image",
     "POSTGRES_DB": "postgres image",
-    "FORWARDED_ALLOW_IPS": "uvicorn",
     "GPU_TORCH_INDEX_URL": "compose (gpu-worker build arg)",
     "TORCH_VERSION": "compose (build arg)",
     "IMAGE_TAG": "compose (image tag)",
@@ -163,11 +162,13 @@ def test_commands_name_real_modules_commands_and_queues(monkeypatch):
     from trainer.celery import app
 
     web = command("web")
-    assert web[:3] == ["python", "-m", "uvicorn"]
-    module, attr = web[3].split(":")
+    assert web[:3] == ["python", "-m", "trainer.web"]  # checked in the next test
+    assert option(web, "--port") == "8000"
+    from trainer import web as launcher
+
+    module, attr = launcher.APP.split(":")
     monkeypatch.setenv("TRAINER_WARM_GRADER", "0")
     assert callable(getattr(importlib.import_module(module), attr))
-    assert option(web, "--port") == "8000" and "--proxy-headers" in web
 
     migrate = " ".join(command("migrate"))
     used = re.findall(r"python -m manage (\w+)", migrate)
@@ -189,6 +190,72 @@ def test_commands_name_real_modules_commands_and_queues(monkeypatch):
     # Every queue a task is routed to has a consumer.
     routed = {app.amqp.router.route({}, t)["queue"].name for t in app.conf.task_routes}
     assert routed | {app.conf.task_default_queue} <= consumed["worker"] | consumed["gpu-worker"]
+
+
+def procfile_web() -> list[str]:
+    line = next(ln for ln in (ROOT / "Procfile").read_text().splitlines() if ln.startswith("web:"))
+    return line.removeprefix("web:").split()
+
+
+def dockerfile_cmd() -> list[str]:
+    import json
+
+    text = (ROOT / "Dockerfile").read_text()
+    match = re.search(r"^CMD (\[.*?\])\s*$", text, flags=re.M | re.S)
+    return json.loads(match.group(1).replace("\\\n", ""))
+
+
+def test_every_web_start_takes_proxy_headers_only_from_forwarded_allow_ips(tmp_path):
+    """Issue 16, finding 7: compose, the Dockerfile, the Procfile and `make run` start the
+    web process through trainer/web.py, which turns proxy headers off unless
+    FORWARDED_ALLOW_IPS names the proxies; no deploy file starts uvicorn by itself (uvicorn's
+    own default trusts X-Forwarded-For from 127.0.0.1)."""
+    from trainer import web
+    from trainer.management.commands import run_all
+
+    starts = {"compose": command("web"), "Dockerfile": dockerfile_cmd(), "Procfile": procfile_web()}
+    for where, argv in starts.items():
+        assert argv[:3] == ["python", "-m", "trainer.web"], (where, argv)
+        assert not set(argv) & {"uvicorn", *web.PROXY_OPTIONS}, (where, argv)
+    for path in ("docker-compose.yml", "Dockerfile", "Procfile"):
+        text = (ROOT / path).read_text()
+        assert "trainer.asgi:application" not in text, f"{path} starts uvicorn directly"
+    # compose passes the operator's value and defaults to none trusted.
+    assert SERVICES["web"]["environment"]["FORWARDED_ALLOW_IPS"] == "${FORWARDED_ALLOW_IPS:-}"
+    assert re.search(r"^FORWARDED_ALLOW_IPS=$", (ROOT / ".env.example").read_text(), re.M)
+    # What the launcher builds from the setting, as each deploy file runs it (the settings
+    # are loaded afresh in a subprocess with the variable set, unset, or wrong).
+    probe = (
+        "import sys; from trainer import web; from django.conf import settings; "
+        "print(' '.join(web.uvicorn_argv(host='h', port=1, workers=1, "
+        "forwarded_allow_ips=settings.FORWARDED_ALLOW_IPS)))"
+    )
+
+    def launched(value: str | None) -> subprocess.CompletedProcess:
+        env = subprocess_env({"DJANGO_SETTINGS_MODULE": "trainer.settings"})
+        env.pop("FORWARDED_ALLOW_IPS", None)
+        if value is not None:
+            env["FORWARDED_ALLOW_IPS"] = value
+        return subprocess.run(
+            [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+
+    for value in (None, "", " "):
+        argv = launched(value).stdout.split()
+        assert "--no-proxy-headers" in argv and "--proxy-headers" not in argv, (value, argv)
+    argv = launched("10.0.0.5, 172.16.0.0/12").stdout.split()
+    assert "--proxy-headers" in argv and "--no-proxy-headers" not in argv
+    assert option(argv, "--forwarded-allow-ips") == "10.0.0.5,172.16.0.0/12"
+    bad = launched("proxy.example")
+    assert bad.returncode != 0 and "FORWARDED_ALLOW_IPS: 'proxy.example'" in bad.stderr
+    # `make run` builds its web command with the same function.
+    argv = run_all.web_argv("127.0.0.1", 8000, 2)
+    assert argv[1:4] == ["-m", "uvicorn", web.APP]
+    assert argv[argv.index(web.APP) + 1 :].count("--no-proxy-headers") == 1
+    with pytest.raises(ValueError, match="FORWARDED_ALLOW_IPS"):
+        web.uvicorn_argv(
+            host="h", port=1, workers=1, forwarded_allow_ips=[], extra=["--proxy-headers"]
+        )
 
 
 def test_every_environment_name_is_read_by_the_settings_or_by_a_named_program():
@@ -309,9 +376,9 @@ def production_uvicorn(tmp_path, redis_url: str):
             "TRAINER_WARM_GRADER": "0",
         }
     )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "trainer.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--log-level", "warning"],
+    server = subprocess.Popen(  # as the compose file starts it (trainer/web.py)
+        [sys.executable, "-m", "trainer.web", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:

@@ -14,8 +14,20 @@ from django.conf import settings
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
 
-from trainer import redis_server
+from trainer import redis_server, web
 from trainer.demo import demo_users_ensure
+
+
+def web_argv(host: str, port: int, workers: int) -> list[str]:
+    """The web process `make run` starts (proxy headers only from FORWARDED_ALLOW_IPS)."""
+    return web.uvicorn_argv(
+        host=host,
+        port=port,
+        workers=workers,
+        forwarded_allow_ips=settings.FORWARDED_ALLOW_IPS,
+        graceful_s=3,
+        access_log=False,
+    )
 
 
 class Command(BaseCommand):
@@ -90,15 +102,7 @@ class Command(BaseCommand):
         self._spawn(argv)
 
     def _spawn_web(self, host: str, port: int, workers: int) -> None:
-        argv = [sys.executable, "-m", "uvicorn", "trainer.asgi:application"]
-        argv += ["--host", host, "--port", str(port), "--workers", str(max(1, workers))]
-        argv += ["--timeout-graceful-shutdown", "3", "--no-access-log"]
-        # uvicorn SIGKILLs a worker that does not answer its health ping in time (5 s by
-        # default), dropping every request it is serving. On a saturated machine a busy
-        # worker missed it once (bench.web, load average 16 on 2 cores, while the rubric
-        # model loaded: a sleeping thread waited up to 1.5 s for the GIL at load 12).
-        argv += ["--timeout-worker-healthcheck", "30"]
-        self._spawn(argv)
+        self._spawn(web_argv(host, port, workers))
 
     def _print_banner(self, host: str, port: int, accounts) -> None:
         self.stdout.write(
