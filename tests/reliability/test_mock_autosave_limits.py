@@ -296,7 +296,7 @@ def test_autosave_js_keeps_the_text_and_saves_it_after_retry_after(
 ):
     settings.RATELIMITS = {**settings.RATELIMITS, "autosave": "1/10s"}
     mock = world["scenario"]
-    attempt_id = MockItem.objects.get(mock=mock, order=0).attempt_id
+    attempt_id = orm(lambda: MockItem.objects.get(mock=mock, order=0).attempt_id)
     context = browser.new_context()
     page = context.new_page()
     page.goto(f"{asgi_server}/accounts/login/")
