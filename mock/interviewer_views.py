@@ -27,6 +27,8 @@ from questions.models import Question
 log = logging.getLogger(__name__)
 TAIL_BLOCK_MS = 2000
 KEEPALIVE_EVERY = 7
+RESYNC_EVERY = 5  # quiet reads between DB reads anyway (~10 s): converges without Redis
+REREAD_MARGIN_MS = 250
 
 
 @login_required
@@ -170,19 +172,24 @@ def _sse(event: str, data: dict) -> str:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n"
 
 
-def _snapshot_events(state: dict) -> list[str]:
-    return [
-        _sse(
-            "answer", {"item": order, "slot": slot, "text": text, "t": state["times"][order][slot]}
-        )
-        for order, slots in state["texts"].items()
-        for slot, text in slots.items()
-    ]
+def _changed_events(state: dict, sent: dict[tuple[int, str], tuple[int, str]]) -> list[str]:
+    """`answer` events for the boxes whose text (or save time) differs from what this
+    connection last sent; `sent` is updated."""
+    events = []
+    for order, slots in state["texts"].items():
+        for slot, text in slots.items():
+            t = state["times"][order][slot]
+            if sent.get((order, slot)) == (t, text):
+                continue
+            sent[(order, slot)] = (t, text)
+            events.append(_sse("answer", {"item": order, "slot": slot, "text": text, "t": t}))
+    return events
 
 
 async def events(request: HttpRequest, mock_id: int) -> HttpResponse:
     """text/event-stream for the interviewer: a DB snapshot of every answer box, then each
-    autosave as it happens (`answer`), question changes (`item`) and `end`."""
+    box as it changes (`answer`, its text read from the DB), question changes (`item`) and
+    `end`."""
     user = await request.auser()
     if not user.is_authenticated:
         return HttpResponseForbidden("Log in to watch a mock.")
@@ -196,10 +203,18 @@ async def events(request: HttpRequest, mock_id: int) -> HttpResponse:
 
 
 async def _stream(mock_id: int):
+    """The text always comes from the DB: an `answer` notice in the Redis stream says a box
+    changed, and the DB is read then. Notices are coalesced (live.COALESCE_MS per box), so a
+    save made just after a notice has none of its own: the DB is read again COALESCE_MS
+    (+ margin) after the last notice, which sees it (its commit came before its gate check,
+    which failed because the gate was still up). Every RESYNC_EVERY quiet reads (~10 s) it
+    is read anyway, so even saves whose notice Redis refused (full, OOM) arrive."""
     from lab import streams
 
     client = streams.async_client()
     key = live.key(mock_id)
+    sent: dict[tuple[int, str], tuple[int, str]] = {}
+    loop = asyncio.get_running_loop()
     try:
         try:  # where the stream stands now: tail from here after the DB snapshot
             newest = await client.xrevrange(key, count=1)
@@ -207,32 +222,48 @@ async def _stream(mock_id: int):
         except redis.RedisError:
             cursor = None
         state = await sync_to_async(snapshot)(mock_id)
-        for event in _snapshot_events(state):
+        for event in _changed_events(state, sent):
             yield event
         yield _sse("item", {"item": state["current"]})
         quiet = 0
+        # When to read the DB for saves coalesced away (also behind a notice sent just
+        # before this connection's snapshot).
+        reread_at: float | None = loop.time() + (live.COALESCE_MS + REREAD_MARGIN_MS) / 1000
         while True:
             mock = await MockInterview.objects.aget(pk=mock_id)
             if mock.finished is not None:
                 break
             entries = []
             if cursor is not None:
+                block = TAIL_BLOCK_MS
+                if reread_at is not None:
+                    block = max(1, min(block, int((reread_at - loop.time()) * 1000)))
                 try:
-                    reply = await client.xread({key: cursor}, block=TAIL_BLOCK_MS, count=200)
+                    reply = await client.xread({key: cursor}, block=block, count=200)
                     entries = reply[0][1] if reply else []
                 except redis.RedisError as exc:
                     log.warning("mock %s: live read failed, polling the DB: %s", mock_id, exc)
                     cursor = None
-            else:  # no Redis: resend the DB snapshot every 2 s
+            else:  # no Redis: read the DB every 2 s
                 await asyncio.sleep(2.0)
-                state = await sync_to_async(snapshot)(mock_id)
-                for event in _snapshot_events(state):
-                    yield event
+            changed = cursor is None
             for entry_id, fields in entries:
                 cursor = entry_id
                 kind, data = live.decode_entry(fields)
-                yield _sse(kind, data)
+                if kind == "answer":  # the text is in the DB (an old entry's is ignored)
+                    changed = True
+                    reread_at = loop.time() + (live.COALESCE_MS + REREAD_MARGIN_MS) / 1000
+                else:
+                    yield _sse(kind, data)
+            if reread_at is not None and loop.time() >= reread_at:
+                changed, reread_at = True, None
             quiet = 0 if entries else quiet + 1
+            if quiet and quiet % RESYNC_EVERY == 0:
+                changed = True
+            if changed:
+                state = await sync_to_async(snapshot)(mock_id)
+                for event in _changed_events(state, sent):
+                    yield event
             if quiet and quiet % KEEPALIVE_EVERY == 0:
                 yield ": keep-alive\n\n"
         yield _sse("end", {})

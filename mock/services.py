@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from mock import live
 from mock.models import FollowUpAnswer, MockInterview, MockInvite, MockItem
-from questions.models import Loop, Question, published_q
+from questions.models import Loop, Question, Step, published_q
 from trainer import services as practice
 from trainer.grading.arithmetic import AnswerError
 from trainer.models import Attempt
@@ -32,6 +32,17 @@ NOTES_MAX_CHARS = 5_000
 
 class MockError(Exception):
     """A request the mock cannot honour; the message says what to do instead."""
+
+
+class DraftRejected(MockError):
+    """Input the answer boxes cannot have produced (an unknown box or step: 400, too long:
+    413). Nothing of the request is saved; the page keeps the text in its box."""
+
+    status = 400
+
+
+class DraftTooLarge(DraftRejected):
+    status = 413
 
 
 def _grace() -> timedelta:
@@ -131,27 +142,67 @@ def _open_item(item: MockItem) -> MockItem:
     return item
 
 
+def _chars(text: str) -> int:
+    """Length as the box counts it: a line break is one character (a form post sends CRLF)."""
+    return len(text) - text.count("\r\n")
+
+
+def check_text(text: str) -> str:
+    """An answer or follow-up text within what a box keeps (LF line breaks), or 413."""
+    limit = practice.ANSWER_MAX_CHARS
+    if _chars(text) > limit:
+        raise DraftTooLarge(
+            f"This answer is {_chars(text):,} characters long; a box keeps at most {limit:,}. "
+            "Nothing was saved from this request: your text is still in the box, shorten it "
+            "and it saves again."
+        )
+    return text.replace("\r\n", "\n")
+
+
+def check_steps(item: MockItem, steps: dict[str, str]) -> dict[str, str]:
+    """Step texts keyed by this question's own step names, each within a step box's limit:
+    an unknown name is a 400 that names it, a longer text a 413 that names the limit."""
+    if item.question.kind != Question.Kind.ARITHMETIC:
+        raise DraftRejected("This question takes a written answer, not arithmetic steps.")
+    steps_of = Step.objects.filter(problem__question=item.question)
+    names = list(steps_of.values_list("name", flat=True))
+    cleaned: dict[str, str] = {}
+    for name, raw in steps.items():
+        if name not in names:
+            shown = name if len(name) <= 64 else name[:64] + "…"
+            raise DraftRejected(
+                f"This question has no step {shown!r}; its steps are {', '.join(names)}."
+            )
+        text = str(raw)
+        if _chars(text) > STEP_DRAFT_MAX_CHARS:
+            raise DraftTooLarge(
+                f"Step {name!r} is {_chars(text):,} characters long; a step box keeps at most "
+                f"{STEP_DRAFT_MAX_CHARS}. Nothing was saved from this request."
+            )
+        cleaned[name] = text.replace("\r\n", "\n")
+    return cleaned
+
+
 def draft_save(*, item: MockItem, slot: str, text: str = "", steps: dict | None = None) -> None:
-    """Autosave one answer box (`main`, `fu-<index>` or `steps`) and stream it live."""
+    """Autosave one answer box (`main`, `fu-<index>` or `steps`) and tell the interviewer's
+    stream it changed. Input a box cannot produce is refused whole (DraftRejected)."""
     item = _open_item(item)
     now = timezone.now()
     if slot == "main" and item.attempt is not None:
-        practice.draft_save(attempt=item.attempt, text=text)
+        practice.draft_save(attempt=item.attempt, text=check_text(text))
     elif slot == "steps":
-        item.step_drafts = {k: str(v)[:STEP_DRAFT_MAX_CHARS] for k, v in (steps or {}).items()}
+        item.step_drafts = check_steps(item, steps or {})
         item.step_drafts_saved = now
         item.save(update_fields=["step_drafts", "step_drafts_saved"])
-        text = "\n".join(f"{k}: {v}" for k, v in item.step_drafts.items())
     elif slot.startswith("fu-"):
         row = _follow_up_row(item, int(slot.removeprefix("fu-")))
+        text = check_text(text)
         if row.submitted is None:
-            row.draft, row.draft_saved = text[: practice.ANSWER_MAX_CHARS], now
+            row.draft, row.draft_saved = text, now
             row.save(update_fields=["draft", "draft_saved"])
     else:
-        raise MockError(f"No answer box {slot!r}.")
-    if item.mock.interviewer_id is not None:
-        data = {"item": item.order, "slot": slot, "text": text, "t": live.now_ms()}
-        live.publish(item.mock_id, "answer", data)
+        raise DraftRejected(f"No answer box {slot!r}.")
+    _publish_answer(item, slot)
 
 
 def answer_submit(*, item: MockItem, text: str) -> MockItem:
@@ -167,7 +218,7 @@ def answer_submit(*, item: MockItem, text: str) -> MockItem:
         attempt.save(update_fields=["answer", "draft", "submitted"])
         item.answered, item.late = now, is_late(item, now)
         item.save(update_fields=["answered", "late"])
-    _publish_answer(item, "main", text)
+    _publish_answer(item, "main")
     return item
 
 
@@ -175,8 +226,7 @@ def steps_submit(*, item: MockItem, raws: dict[str, str]) -> dict[str, str]:
     """Arithmetic: grade each typed step in order (no verdict is shown until the end).
     Returns {step: error} for unreadable input, which stays in its box."""
     item = _open_item(item)
-    if item.question.kind != Question.Kind.ARITHMETIC:  # a crafted POST (was a 500)
-        raise MockError("This question takes a written answer, not arithmetic steps.")
+    raws = check_steps(item, raws)  # a written question (was a 500), unknown steps, too long
     now = timezone.now()
     context = practice.attempt_context(item.attempt)
     errors: dict[str, str] = {}
@@ -197,7 +247,7 @@ def steps_submit(*, item: MockItem, raws: dict[str, str]) -> dict[str, str]:
         item.answered = now
     item.late = bool(item.late_steps)
     item.save(update_fields=["late_steps", "step_drafts", "answered", "late"])
-    _publish_answer(item, "steps", "\n".join(f"{k}: {v}" for k, v in raws.items() if v))
+    _publish_answer(item, "steps")
     return errors
 
 
@@ -230,25 +280,32 @@ def follow_up_submit(*, item: MockItem, index: int, text: str) -> FollowUpAnswer
     current.answer = current.draft = text[: practice.ANSWER_MAX_CHARS]
     current.submitted, current.late = now, is_late(item, now)
     current.save(update_fields=["answer", "draft", "submitted", "late"])
-    _publish_answer(item, f"fu-{index}", text)
+    _publish_answer(item, f"fu-{index}")
     return current
 
 
-def _publish_answer(item: MockItem, slot: str, text: str) -> None:
+def _publish_answer(item: MockItem, slot: str) -> None:
+    """Once the text is committed (the interviewer's stream reads it from the DB then)."""
     if item.mock.interviewer_id is not None:
-        data = {"item": item.order, "slot": slot, "text": text, "t": live.now_ms()}
-        live.publish(item.mock_id, "answer", data)
+        mock_id, order = item.mock_id, item.order
+        transaction.on_commit(lambda: live.publish_answer(mock_id, order, slot))
 
 
 def item_next(*, item: MockItem, drafts: dict[str, str] | None = None) -> None:
-    """The candidate moves on (or the clock ran out): save the boxes' last text, close."""
+    """The candidate moves on (or the clock ran out): save the boxes' last text, close.
+    Text no box can hold refuses the whole move (DraftRejected) before anything is saved."""
     item = _open_item(item)
-    for slot, text in (drafts or {}).items():
-        if slot == "main" or slot.startswith("fu-"):
-            with contextlib.suppress(MockError, ValueError):
-                draft_save(item=item, slot=slot, text=text)
-    if any(k.startswith("step:") for k in drafts or {}):
-        steps = {k.removeprefix("step:"): v for k, v in drafts.items() if k.startswith("step:")}
+    drafts = drafts or {}
+    texts = {k: v for k, v in drafts.items() if k == "main" or k.startswith("fu-")}
+    steps = {k.removeprefix("step:"): v for k, v in drafts.items() if k.startswith("step:")}
+    for text in texts.values():
+        check_text(text)
+    if steps:
+        check_steps(item, steps)
+    for slot, text in texts.items():
+        with contextlib.suppress(MockError, ValueError):  # a follow-up not asked yet: skipped
+            draft_save(item=item, slot=slot, text=text)
+    if steps:
         draft_save(item=item, slot="steps", steps=steps)
     with transaction.atomic():
         MockInterview.objects.select_for_update().get(pk=item.mock_id)

@@ -186,17 +186,56 @@ def run_page(request: HttpRequest, mock_id: int) -> HttpResponse:
     return render(request, "mock/run.html", context)
 
 
+# The largest autosave body taken: an answer of ANSWER_MAX_CHARS characters URL-encoded at
+# the worst (a 4-byte UTF-8 character is 12 bytes: %F0%9F%98%80) is 240,000 bytes, plus the
+# CSRF token and the box name. A larger body is refused before any of its fields is used
+# (Django's DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB, bounds what is parsed at all).
+DRAFT_MAX_BODY_BYTES = 256 * 1024
+
+
+def _refused(message: str, status: int) -> HttpResponse:
+    # The message may quote the box or step name the client sent: escaped, never markup.
+    return HttpResponse(format_html('<span class="unsaved">{}</span>', message), status=status)
+
+
+def _autosave_limited(request: HttpRequest) -> HttpResponse | None:
+    """More autosaves than anyone types (RATELIMITS["autosave"], 10 a second): a 429 with
+    Retry-After; autosave.js keeps the text and sends it again after that."""
+    limited = ratelimits.hit(request, "autosave", ratelimits.user_id)
+    if not limited:
+        return None
+    message = (
+        f"Not saved: more than {limited.limit} autosaves in {limited.per} from your account. "
+        f"Your text is still in the box and is saved again in {limited.wait}."
+    )
+    return ratelimits.with_retry_after(_refused(message, 429), limited)
+
+
 @login_required
 @require_POST
 def draft(request: HttpRequest, mock_id: int, order: int) -> HttpResponse:
     item = _item(_own_mock(request, mock_id), order)
+    try:
+        size = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        size = 0
+    if size > DRAFT_MAX_BODY_BYTES:
+        limit = practice.ANSWER_MAX_CHARS
+        return _refused(
+            f"Not saved: this autosave is {size:,} bytes; one may be at most "
+            f"{DRAFT_MAX_BODY_BYTES:,} bytes (an answer of {limit:,} characters fits).",
+            413,
+        )
+    if limited := _autosave_limited(request):
+        return limited
     slot = request.POST.get("slot", "main")
     steps = {k.removeprefix("step:"): v for k, v in request.POST.items() if k.startswith("step:")}
     try:
         services.draft_save(item=item, slot=slot, text=request.POST.get("answer", ""), steps=steps)
+    except services.DraftRejected as exc:
+        return _refused(str(exc), exc.status)
     except (services.MockError, ValueError) as exc:
-        # The message quotes the box name the client sent: escaped, never markup.
-        return HttpResponse(format_html('<span class="saved">{}</span>', exc), status=400)
+        return _refused(str(exc), 400)
     when = timezone.localtime().strftime("%H:%M:%S")
     return HttpResponse(f'<span class="saved">Saved {when}</span>')
 

