@@ -712,6 +712,8 @@ def comparison(rows: list[tuple[str, Result]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # SIGTERM unwinds like Ctrl-C, so a server started with --serve is stopped too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     parser = argparse.ArgumentParser(
         prog="python -m bench.web",
         description=__doc__,
