@@ -184,6 +184,9 @@ MOCK_TIME_SCALE = float(os.environ.get("MOCK_TIME_SCALE", "1.0"))
 MOCK_DEADLINE_GRACE_S = float(os.environ.get("MOCK_DEADLINE_GRACE_S", "2.0"))
 MOCK_INVITE_HOURS = float(os.environ.get("MOCK_INVITE_HOURS", "24"))
 MOCK_LATE_CREDIT = float(os.environ.get("MOCK_LATE_CREDIT", "0.5"))
+# /healthz details (errors, timings, Celery workers) and ?deep=1 for a request carrying
+# `X-Healthz-Token: <this>` (staff see them when logged in); empty: staff only.
+HEALTHZ_TOKEN = os.environ.get("HEALTHZ_TOKEN", "")
 # Share of a step's credit each revealed hint costs (arithmetic practice).
 ARITHMETIC_HINT_PENALTY = float(os.environ.get("ARITHMETIC_HINT_PENALTY", "0.10"))
 
