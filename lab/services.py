@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 import uuid
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -147,22 +150,49 @@ def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) ->
     return run
 
 
+BROKER_PING_TIMEOUT_S = 2.0
+
+
 def _check_broker() -> None:
-    """Refuse at once when Redis does not answer: sending the message would fail anyway,
-    after Celery's result backend has retried for ~20 s."""
-    try:
-        streams.client().ping()
-    except redis.RedisError as exc:
-        log.warning("lab run refused: Redis does not answer (%s)", exc)
-        raise QueueUnavailable(QUEUE_UNAVAILABLE) from exc
+    """Refuse at once when Redis does not answer: sending the message would fail anyway."""
+    from trainer import redis_server
+
+    if not redis_server.ping(settings.REDIS_URL, timeout_s=BROKER_PING_TIMEOUT_S):
+        log.warning("lab run refused: Redis does not answer PING")
+        raise QueueUnavailable(QUEUE_UNAVAILABLE)
+
+
+# The longest a lab start waits for the broker to take its message (a publish takes ~2 ms).
+# Celery's own bounds are far longer when Redis stalls without closing its connections: the
+# result backend subscribes with up to 20 retries, each waiting for the socket timeout.
+ENQUEUE_TIMEOUT_S = 5.0
 
 
 def _enqueue_or_withdraw(run: LabRun, time_limit_s: int) -> None:
+    """Send the run's message, waiting at most ENQUEUE_TIMEOUT_S (the send runs in a
+    thread of its own, which the socket timeouts end later if Redis never answers)."""
+    sent: Future = Future()
+
+    def send() -> None:
+        try:
+            _enqueue(run, time_limit_s)
+        except BaseException as exc:  # handed to the request thread below
+            sent.set_exception(exc)
+        else:
+            sent.set_result(None)
+
+    threading.Thread(target=send, name=f"lab-enqueue-{run.pk}", daemon=True).start()
     try:
-        _enqueue(run, time_limit_s)
-    except Exception as exc:  # kombu OperationalError, or the result backend's RuntimeError
-        # when it cannot subscribe: either way no worker will get this run. Should the
-        # message have left after all, the worker finds no run and ignores it (stale).
+        sent.result(timeout=ENQUEUE_TIMEOUT_S)
+    except Exception as exc:  # kombu OperationalError, the result backend's RuntimeError
+        # when it cannot subscribe, or no answer in time: either way the run is withdrawn.
+        # Should the message reach the queue after all (a paused Redis that resumes runs the
+        # command already in its socket), the worker finds no run with that task id and does
+        # nothing (execute_run returns "stale").
+        if isinstance(exc, FutureTimeout):
+            exc = TimeoutError(
+                f"the broker did not take the message within {ENQUEUE_TIMEOUT_S:g} s"
+            )
         log.warning("lab run %s: the broker refused it (%r); run withdrawn", run.pk, exc)
         LabRun.objects.filter(pk=run.pk, status=LabRun.Status.QUEUED).delete()
         raise QueueUnavailable(QUEUE_UNAVAILABLE) from exc
@@ -172,12 +202,15 @@ def _enqueue(run: LabRun, time_limit_s: int) -> None:
     from lab import tasks
 
     task = tasks.run_lab_gpu if run.queue == "lab-gpu" else tasks.run_lab_cpu
+    # One attempt (no publish retries): a refusal withdraws the run and the learner tries
+    # again; each wait on the socket ends after settings.BROKER_SOCKET_TIMEOUT_S.
     task.apply_async(
         args=[run.pk],
         task_id=run.task_id,
         queue=run.queue,
         soft_time_limit=time_limit_s,
         time_limit=time_limit_s + 30,
+        retry=False,
     )
 
 

@@ -228,6 +228,9 @@ MOCK_TIME_SCALE = float(os.environ.get("MOCK_TIME_SCALE", "1.0"))
 MOCK_DEADLINE_GRACE_S = float(os.environ.get("MOCK_DEADLINE_GRACE_S", "2.0"))
 MOCK_INVITE_HOURS = float(os.environ.get("MOCK_INVITE_HOURS", "24"))
 MOCK_LATE_CREDIT = float(os.environ.get("MOCK_LATE_CREDIT", "0.5"))
+# /healthz details (errors, timings, Celery workers) and ?deep=1 for a request carrying
+# `X-Healthz-Token: <this>` (staff see them when logged in); empty: staff only.
+HEALTHZ_TOKEN = os.environ.get("HEALTHZ_TOKEN", "")
 # Share of a step's credit each revealed hint costs (arithmetic practice).
 ARITHMETIC_HINT_PENALTY = float(os.environ.get("ARITHMETIC_HINT_PENALTY", "0.10"))
 
@@ -321,8 +324,19 @@ CELERY_TASK_TIME_LIMIT = LAB_MAX_SECONDS + 60
 CELERY_TASK_SOFT_TIME_LIMIT = LAB_MAX_SECONDS
 # A task running longer than the visibility timeout is delivered again: keep it well above
 # the longest lab.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 4 * LAB_MAX_SECONDS}
+# Socket timeouts: a Redis that stops answering without closing the connection (paused,
+# failover, a dropped NAT entry) must fail a publish in seconds; kombu's default waits
+# forever (a lab start hung ~45 s and its run was created after the client gave up). The
+# workers' BRPOP (1 s, server-side) is not affected.
+BROKER_SOCKET_TIMEOUT_S = 5.0
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 4 * LAB_MAX_SECONDS,
+    "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+    "socket_connect_timeout": 3.0,
+}
 CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": 4 * LAB_MAX_SECONDS}
+CELERY_REDIS_SOCKET_TIMEOUT = BROKER_SOCKET_TIMEOUT_S  # the result backend (default 120 s)
+CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 3.0
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 

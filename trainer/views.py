@@ -13,8 +13,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET
 
 from questions.models import Topic, published_q
-from trainer import progress, ratelimits
-from trainer.health import health_report
+from trainer import health, progress, ratelimits
 from trainer.reviews import due_cards
 
 
@@ -102,7 +101,18 @@ def signup(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    report, status = health_report(deep=request.GET.get("deep") == "1")
+    """Public: status and whether the database and Redis answer (200, or 503 when one is
+    down). Staff, or the X-Healthz-Token header: the full report; `?deep=1` adds a task
+    round-trip through a worker. Every check is single-flight and bounded (trainer/health)."""
+    details = health.may_see_details(request)
+    deep = request.GET.get("deep") == "1"
+    if deep and not details:
+        message = (
+            "The deep check (?deep=1) is for staff, or for a request with the "
+            f"{health.TOKEN_HEADER} header set to HEALTHZ_TOKEN. Plain /healthz is public."
+        )
+        return JsonResponse({"error": message}, status=403)
+    report, status = health.health_report(details=details, deep=deep)
     return JsonResponse(report, status=status)
 
 

@@ -8,7 +8,7 @@ chunks ending with `data: [DONE]`; `usage` with prompt and completion tokens), `
 How a request flows (the hops a client can draw as a waterfall; each response carries them
 in a `Server-Timing` header and, for streams, in the final chunk's `server_timing`):
 
-    tokenize  the handler encodes the prompt (on the event loop)
+    tokenize  the handler encodes the prompt (in a worker thread, never on the event loop)
     queue     submitted to the engine thread -> first scheduled in an engine step
     prefill   first scheduled -> first token sampled (several steps if chunked)
     decode    first token -> last token
@@ -64,6 +64,12 @@ from starlette.routing import Route
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 MAX_BODY_BYTES = 1 << 20
+# A prompt longer than max_model_len x this many characters cannot fit the context, whatever
+# it says: no token of a byte-level BPE covers more characters than its vocabulary string has
+# bytes (the bundled tokenizer's longest is 45), so such prompts are refused before tokenising
+# (a 1 MB prompt used to hold the event loop for seconds). Raised to the vocabulary's longest
+# token if a tokenizer has longer ones.
+CHARS_PER_TOKEN_BOUND = 64
 HOPS = ("tokenize", "queue", "prefill", "decode", "stream")
 
 
@@ -497,9 +503,18 @@ def _hops(t0: float, tokenized: float, handle: Handle, metrics: dict, end: float
     return hops
 
 
+def prompt_char_limit(engine) -> tuple[int, int]:
+    """(the longest prompt in characters that could still fit the context, the bound on
+    characters per token it assumes)."""
+    longest = max((len(t) for t in engine.tokenizer.get_vocab()), default=1)
+    per_token = max(CHARS_PER_TOKEN_BOUND, longest)
+    return engine.config.max_model_len * per_token, per_token
+
+
 def build_app(served: Served) -> Starlette:
     worker = served.worker
     engine = worker.engine
+    char_limit, chars_per_token = prompt_char_limit(engine)
 
     async def parse(request: Request, schema: type[BaseModel]) -> Any:
         if served.api_key and request.headers.get("authorization") != f"Bearer {served.api_key}":
@@ -575,7 +590,33 @@ def build_app(served: Served) -> Starlette:
             ignore_eos=req.ignore_eos,
         )
 
+    def check_prompt_size(req: _Common, prompt: str | list[int]) -> None:
+        """Refuse, before any tokenising, a prompt too long to fit the context whatever
+        its tokens (text: by characters; token ids: by count)."""
+        limit = engine.config.max_model_len
+        where = "messages" if isinstance(req, ChatRequest) else "prompt"
+        if isinstance(prompt, str) and len(prompt) > char_limit:
+            raise APIError(
+                400,
+                f"This model's maximum context length is {limit} tokens, so a prompt can be at "
+                f"most {char_limit} characters ({limit} tokens x at most {chars_per_token} "
+                f"characters per token); yours is {len(prompt)} characters. Please reduce "
+                "the prompt.",
+                param=where,
+                code="context_length_exceeded",
+            )
+        if isinstance(prompt, list) and len(prompt) >= limit:
+            raise APIError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"is {len(prompt)} tokens, which leaves no room for a completion. Please reduce "
+                "the prompt.",
+                param=where,
+                code="context_length_exceeded",
+            )
+
     def tokenize(prompt: str | list[int]) -> list[int]:
+        """Runs in a worker thread (anyio's pool): a long prompt must not hold the loop."""
         if isinstance(prompt, str):
             return engine.tokenizer.encode(prompt).ids
         vocab = engine.model.config.vocab_size
@@ -590,7 +631,8 @@ def build_app(served: Served) -> Starlette:
             prompt = req.prompt_text() if chat else req.prompt
         except ValueError as exc:
             raise APIError(400, f"messages: {exc}", param="messages") from None
-        tokens = tokenize(prompt)
+        check_prompt_size(req, prompt)
+        tokens = await anyio.to_thread.run_sync(tokenize, prompt)
         tokenized = time.perf_counter()
         params = sampling(req, len(tokens))
         run = _Run(served, req, chat, t0, tokenized)

@@ -44,6 +44,8 @@ TINY_KV = {"tokens": "32", "prompt_tokens": "16", "every": "8", "block_size": "8
 SCENARIO = "kv-arith-llama3-70b-node"
 ARITHMETIC = "kv-arith-sequences-that-fit"
 LOOP = "inference-warm-up"
+HEALTHZ_TOKEN = "redis-fault-token"
+PUBLIC_DOWN = {"status": "down", "database": {"ok": True}, "redis": {"ok": False}}
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -189,7 +191,8 @@ def test_the_site_keeps_working_while_redis_is_down_and_recovers_when_it_returns
         with Procs(redis_server.url) as procs:
             # One torch thread: the labs' tiny models only contend on a shared machine.
             worker = procs.worker("redisfault", queues="default,lab-cpu", OMP_NUM_THREADS="1")
-            web = procs.web(free_port(), TRAINER_WARM_GRADER="1")  # the real rubric grader
+            # The real rubric grader; the token shows /healthz's details.
+            web = procs.web(free_port(), TRAINER_WARM_GRADER="1", HEALTHZ_TOKEN=HEALTHZ_TOKEN)
             site = Site(web.info["url"])
             site.log_in("ada")
 
@@ -209,7 +212,8 @@ def test_the_site_keeps_working_while_redis_is_down_and_recovers_when_it_returns
             measured_before = LabRun.objects.get(pk=long_run.pk).points.count()
             os.killpg(worker.pid, signal.SIGCONT)
 
-            health = site.get("/healthz")
+            assert site.get("/healthz").json() == PUBLIC_DOWN  # public: up/down only
+            health = site.get("/healthz", headers={"X-Healthz-Token": HEALTHZ_TOKEN})
             assert health.status_code == 503
             report = health.json()
             assert report["status"] == "down" and report["redis"]["ok"] is False
@@ -318,7 +322,7 @@ def test_the_site_keeps_working_while_redis_is_down_and_recovers_when_it_returns
             assert kinds.count(b"point") == new_run.points.count()  # published live again
 
             def healthy():
-                report = site.get("/healthz").json()
+                report = site.get("/healthz", headers={"X-Healthz-Token": HEALTHZ_TOKEN}).json()
                 return report["status"] == "ok" and report
 
             report = wait_for(healthy, 20, "/healthz ok")

@@ -32,8 +32,10 @@ def test_the_task_is_routed_to_the_default_queue(live_worker):
 
 def test_healthz_lists_the_worker_and_its_queues(live_worker, client, settings, redis_url):
     settings.REDIS_URL = redis_url
-    health._WORKERS_CACHE.update(at=0.0, value=None)
-    body = client.get("/healthz?deep=1").json()
+    settings.HEALTHZ_TOKEN = "celery-integration"
+    for probe in health.PROBES:
+        probe.reset()
+    body = client.get("/healthz?deep=1", headers={"X-Healthz-Token": "celery-integration"}).json()
     assert body["status"] == "ok", body
     (worker,) = [w for w in body["celery"]["workers"] if w["name"] == live_worker.hostname]
     assert worker["queues"] == ["default", "lab-cpu"]
