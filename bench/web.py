@@ -43,6 +43,7 @@ import contextlib
 import os
 import random
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -624,6 +625,8 @@ def served(port: int, nice: int | None, log_path: str, timeout_s: float = 600.0)
     }
     if nice is not None:
         env["LAB_WORKER_NICE"] = str(nice)
+    # Plain /healthz is up/down only; the worker list needs the token (or staff).
+    token = env.setdefault("HEALTHZ_TOKEN", secrets.token_urlsafe(24))
     argv = [sys.executable, "-m", "manage", "run_all", "--port", str(port), "--concurrency", "2"]
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
@@ -638,7 +641,7 @@ def served(port: int, nice: int | None, log_path: str, timeout_s: float = 600.0)
             if time.monotonic() > deadline:
                 raise SystemExit(f"run_all not ready after {timeout_s:.0f} s: see {log_path}")
             try:
-                health = httpx.get(f"{url}/healthz", timeout=5)
+                health = httpx.get(f"{url}/healthz", headers={"X-Healthz-Token": token}, timeout=5)
                 if health.status_code == 200 and "lab-cpu" in health.text:
                     break
             except httpx.HTTPError:
