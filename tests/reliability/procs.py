@@ -29,6 +29,17 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def wait_for(predicate, timeout: float, what: str, every: float = 0.1):
+    """predicate()'s first true value, polled every `every` s for up to `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -177,12 +188,21 @@ class Procs:
         child.info.update(node=node, ready=lambda: f"{node} ready." in child.output(100_000))
         return self.wait(child, timeout=timeout) if wait else child
 
-    def web(self, port: int, timeout: float = 90.0, wait: bool = True, **env: str) -> Proc:
-        """`uvicorn trainer.asgi:application` on 127.0.0.1:<port>; returns once it answers
-        HTTP (wait=False: at once; then `Procs.wait(child)`)."""
-        argv = [sys.executable, "-m", "uvicorn", "trainer.asgi:application"]
-        argv += ["--host", "127.0.0.1", "--port", str(port)]
-        argv += ["--timeout-graceful-shutdown", "2", "--log-level", "warning"]
+    def web(
+        self,
+        port: int,
+        timeout: float = 90.0,
+        wait: bool = True,
+        argv: list[str] | None = None,
+        **env: str,
+    ) -> Proc:
+        """`uvicorn trainer.asgi:application` on 127.0.0.1:<port> (or the given command line,
+        which serves on that port); returns once it answers HTTP (wait=False: at once; then
+        `Procs.wait(child)`)."""
+        if argv is None:
+            argv = [sys.executable, "-m", "uvicorn", "trainer.asgi:application"]
+            argv += ["--host", "127.0.0.1", "--port", str(port)]
+            argv += ["--timeout-graceful-shutdown", "2", "--log-level", "warning"]
         child = self.spawn(f"web-{port}", argv, **env)
         url = child.info["url"] = f"http://127.0.0.1:{port}"
 

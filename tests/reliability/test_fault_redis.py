@@ -24,7 +24,7 @@ import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from procs import Procs, RedisServer, free_port
+from procs import Procs, RedisServer, free_port, wait_for
 
 from lab.models import LabRun
 from mock.models import MockInterview
@@ -46,16 +46,6 @@ ARITHMETIC = "kv-arith-sequences-that-fit"
 LOOP = "inference-warm-up"
 HEALTHZ_TOKEN = "redis-fault-token"
 PUBLIC_DOWN = {"status": "down", "database": {"ok": True}, "redis": {"ok": False}}
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Site:

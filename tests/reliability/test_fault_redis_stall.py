@@ -23,7 +23,7 @@ import httpx
 import pytest
 import redis
 from django.contrib.auth import get_user_model
-from procs import Procs, RedisServer, free_port
+from procs import Procs, RedisServer, free_port, wait_for
 
 from lab.models import LabRun
 
@@ -36,16 +36,6 @@ TOKEN = "stall-token"
 # A hang breaker for the test's own HTTP calls, not a measured limit: the fixed site answers
 # within the broker's socket timeout (5 s) plus the PING's (2 s).
 HANG_S = 40.0
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def log_in(base: str) -> httpx.Client:

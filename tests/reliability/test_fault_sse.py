@@ -21,7 +21,7 @@ import time
 import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import BrowserContext, Page, expect
-from procs import Procs, RedisServer, free_port
+from procs import Procs, RedisServer, free_port, wait_for
 
 from lab.models import LabRun
 
@@ -48,16 +48,6 @@ RECORD_EVENTS = """
   };
 })();
 """
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def wait_js(page: Page, expression: str, timeout: float, what: str):

@@ -26,19 +26,8 @@ from trainer.management.commands import run_all
 LIMIT = 3
 
 
-def _web(procs: Procs, argv: list[str], **env: str):
-    child = procs.spawn(f"web-{argv[argv.index('--port') + 1]}", argv, **env)
-    url = child.info["url"] = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
-
-    def answers() -> bool:
-        try:
-            httpx.get(f"{url}/accounts/login/", timeout=2.0)
-            return True
-        except httpx.HTTPError:
-            return False
-
-    child.info["ready"] = answers
-    return procs.wait(child, timeout=120)
+def _web(procs: Procs, argv: list[str]):
+    return procs.web(int(argv[argv.index("--port") + 1]), timeout=120, argv=argv)
 
 
 def _login_statuses(url: str, forwarded_for: list[str]) -> list[int]:
