@@ -193,8 +193,10 @@ document.addEventListener("DOMContentLoaded", () => {
     });
     // The stream's `end` may arrive before this reply (the worker stops within 0.25 s):
     // then the reply's "running" is older news and must not overwrite the final status.
-    if (resp.ok && !state.ended) {
-      const s = await resp.json();
+    if (!resp.ok) return;
+    const s = await resp.json();
+    // (checked after reading the body too: `end` can arrive while it is read)
+    if (!state.ended) {
       showStatus(s);
       if (s.status === "running") document.getElementById("run-status").textContent = "Cancelling…";
     }
