@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from lab.engine.serve import spawn, wait_idle
+from lab.engine.server.launch import spawn, wait_idle
 from lab.labs.http_cancellation import leave_early
 from lab.loadgen import LoadConfig, sweep
 from lab.loadgen.runner import run_blocking

@@ -1,6 +1,6 @@
 """Cancellation over HTTP: clients that leave early, and the compute a server spends on them.
 
-The bundled engine runs behind its OpenAI-compatible server (`python -m lab.engine.serve`,
+The bundled engine runs behind its OpenAI-compatible server (`python -m lab.engine.server`,
 a child process on loopback). At each level, n streaming clients ask for max_tokens, read k
 chunks and close the connection. The aborting server notices `http.disconnect` and aborts
 the request before the next engine step; the naive one (`--no-abort-on-disconnect`) decodes
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from lab.engine.serve import read_metrics, spawn, wait_idle
+from lab.engine.server.launch import read_metrics, spawn, wait_idle
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.loadgen.runner import run_blocking
 

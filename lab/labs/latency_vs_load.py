@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lab.engine.serve import spawn
+from lab.engine.server.launch import spawn
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.loadgen import LoadConfig, run
 

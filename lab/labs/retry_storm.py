@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lab.engine.serve import spawn, wait_idle
+from lab.engine.server.launch import spawn, wait_idle
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.loadgen import LoadConfig, run
 

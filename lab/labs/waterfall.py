@@ -15,7 +15,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator
 
-from lab.engine.serve import HOPS, spawn
+from lab.engine.server.launch import spawn
+from lab.engine.server.timing import HOPS
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.latency_vs_load import rates
 from lab.loadgen import LoadConfig, run

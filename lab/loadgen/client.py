@@ -2,7 +2,7 @@
 
 `POST {base_url}/completions` (or `/chat/completions`, the prompt as the one user message)
 with `stream: true` and `stream_options: {"include_usage": true, "continuous_usage_stats":
-true}`, so that a server that supports it (vLLM, `lab.engine.serve`) reports usage in every
+true}`, so that a server that supports it (vLLM, `lab.engine.server`) reports usage in every
 chunk; `ignore_eos` (a vLLM extension, honoured by our server) and any extra body fields are
 passed through. The response is server-sent events: `data: {json}` lines ending with
 `data: [DONE]`. Each data line is timestamped with `time.perf_counter()` as it arrives.

@@ -18,7 +18,7 @@ The definitions follow vLLM's `benchmarks/serve` (`vllm bench serve`, formerly
   contributes nothing; its gap is TTFT.
 - Tokens per chunk: the deltas of `usage.completion_tokens` when the server reports usage in
   every chunk with text (`stream_options: {"include_usage": true, "continuous_usage_stats":
-  true}`, as vLLM and `lab.engine.serve` do); else the count a local tokenizer gives for the
+  true}`, as vLLM and `lab.engine.server` do); else the count a local tokenizer gives for the
   chunk's text; else 1 per non-empty chunk. A request's output_tokens is the final `usage` when the
   server sent one, else the sum over chunks.
 

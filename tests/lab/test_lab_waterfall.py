@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.engine.serve import HOPS
+from lab.engine.server.timing import HOPS
 from lab.labs.base import RunContext
 from lab.labs.waterfall import LAB
 

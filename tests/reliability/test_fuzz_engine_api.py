@@ -1,4 +1,4 @@
-"""Fuzzing the engine server's OpenAI API (`lab.engine.serve`) with generated request bodies.
+"""Fuzzing the engine server's OpenAI API (`lab.engine.server`) with generated request bodies.
 
 The Starlette app is driven in-process (Starlette's TestClient) with the real bundled model,
 the real engine thread and tiny `max_tokens`. Every answer must be a 200 or an OpenAI-shaped
@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from lab.engine.serve import MAX_BODY_BYTES, WEIGHTS, build_app, make_served
+from lab.engine.server.app import build_app
+from lab.engine.server.protocol import MAX_BODY_BYTES
+from lab.engine.server.served import WEIGHTS, make_served
 
 CASES = 1000
 FUZZ = settings(

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible server (`python -m lab.engine.serve`), run as a real child process
+"""The OpenAI-compatible server (`python -m lab.engine.server`), run as a real child process
 and driven with the official `openai` client and raw httpx."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import httpx
 import openai
 import pytest
 
-from lab.engine.serve import HOPS, Detokenizer, StopChecker, read_metrics, spawn
+from lab.engine.server.launch import read_metrics, spawn
+from lab.engine.server.text import Detokenizer, StopChecker
+from lab.engine.server.timing import HOPS
 from lab.labs.common import tokenizer
 from lab.loadgen.runner import run_blocking
 

@@ -15,7 +15,9 @@ import httpx
 import pytest
 import uvicorn
 
-from lab.engine.serve import WEIGHTS, build_app, make_served, prompt_char_limit
+from lab.engine.server.app import build_app
+from lab.engine.server.limits import prompt_char_limit
+from lab.engine.server.served import WEIGHTS, make_served
 
 pytestmark = pytest.mark.timeout(240)
 
