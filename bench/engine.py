@@ -35,9 +35,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lab.engine.config import ModelConfig
-from lab.engine.engine import EngineConfig, LLMEngine
-from lab.engine.model import DenseAttention, LlamaModel, load_model, weight_bytes
+from lab.engine.attention import DenseAttention
+from lab.engine.config import EngineConfig, ModelConfig
+from lab.engine.engine import LLMEngine
+from lab.engine.model import LlamaModel, load_model, weight_bytes
 from lab.engine.sampler import SamplingParams
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "lab" / "engine" / "weights"
@@ -521,7 +522,7 @@ def build(quick: bool, device: str) -> Bench:
     if (WEIGHTS / "target" / "model.safetensors").exists():
         target, bundled = load_model(WEIGHTS / "target", torch.float32, device), True
     else:
-        from lab.engine.train import target_config  # the bundled target's shape
+        from lab.engine.training.models import target_config  # the bundled target's shape
 
         target, bundled = random_model(target_config(3072).to_dict(), device), False
     return Bench(quick, device, target, hf_twin(target), bundled)

@@ -941,8 +941,8 @@ def make_served(
     api_key: str | None = None,
     device: str = "cpu",
 ) -> Served:
-    from lab.engine.config import ModelConfig
-    from lab.engine.engine import EngineConfig, LLMEngine
+    from lab.engine.config import EngineConfig, ModelConfig
+    from lab.engine.engine import LLMEngine
 
     shape = ModelConfig.from_hf(model_dir / "config.json")
     config = EngineConfig(
