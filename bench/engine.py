@@ -20,7 +20,6 @@ import argparse
 import copy
 import datetime
 import importlib.util
-import math
 import os
 import platform
 import random
@@ -28,19 +27,27 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from lab.engine.config import ModelConfig
-from lab.engine.engine import EngineConfig, LLMEngine
-from lab.engine.model import DenseAttention, LlamaModel, load_model, weight_bytes
+from lab.engine.config import EngineConfig
+from lab.engine.engine import LLMEngine
+from lab.engine.model import LlamaModel, weight_bytes
 from lab.engine.sampler import SamplingParams
+from lab.labs.common import (
+    WEIGHTS,
+    bundled_model,
+    heldout_ids,
+    perplexity,
+    random_model,
+    timed,
+    window_nll,
+)
 
-WEIGHTS = Path(__file__).resolve().parent.parent / "lab" / "engine" / "weights"
 _LLAMA = {"model_type": "llama", "rms_norm_eps": 1e-6, "bos_token_id": 0, "eos_token_id": 1}
 ROOFLINE_SHAPE = {**_LLAMA, "vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048,
                   "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,
@@ -74,18 +81,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows])
 
 
-def seconds(fn: Callable[[], object], device: torch.device | str) -> float:
-    """Wall seconds of one call (CUDA synchronised on both sides)."""
-    cuda = torch.device(device).type == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 def greedy(max_tokens: int) -> SamplingParams:
     return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
 
@@ -108,16 +103,6 @@ def machine() -> str:
 
 
 # ---------------------------------------------------------------- models
-
-
-def random_model(shape: dict, device: str, seed: int = 0) -> LlamaModel:
-    """Our model with HF-style random init (normal(0, 0.02) matrices, unit norms)."""
-    torch.manual_seed(seed)
-    model = LlamaModel(ModelConfig.from_hf(shape))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.02) if p.dim() > 1 else p.fill_(1.0)
-    return model.requires_grad_(False).eval().to(device)
 
 
 def hf_twin(model: LlamaModel):
@@ -162,7 +147,7 @@ def hf_generate(hf, batch: list[list[int]], new: int) -> None:
 
 
 def hf_seconds(hf, batch: list[list[int]], new: int, repeats: int) -> float:
-    return min(seconds(lambda: hf_generate(hf, batch, new), hf.device) for _ in range(repeats))
+    return min(timed(lambda: hf_generate(hf, batch, new), hf.device)[0] for _ in range(repeats))
 
 
 def hf_decode_ms(hf, prompt: list[int], new: int, repeats: int = 3) -> float:
@@ -176,7 +161,7 @@ def copy_bandwidth_gbps(device: str, megabytes: int = 512, repeats: int = 5) -> 
     """Best-of-N large tensor copy, counting bytes read + bytes written (STREAM convention)."""
     src = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    best = min(seconds(lambda: dst.copy_(src), device) for _ in range(repeats))
+    best = min(timed(lambda: dst.copy_(src), device)[0] for _ in range(repeats))
     return 2 * src.numel() * 4 / best / 1e9
 
 
@@ -211,7 +196,7 @@ def run_ours(model: LlamaModel, jobs, **config) -> tuple[float, int, LLMEngine]:
     make_engine(model, **config).generate([p for p, _ in jobs[:4]], greedy(4))  # warm-up
     engine, outs = make_engine(model, **config), []
     prompts, params = [p for p, _ in jobs], [greedy(o) for _, o in jobs]
-    wall = seconds(lambda: outs.extend(engine.generate(prompts, params)), model.device)
+    wall, _ = timed(lambda: outs.extend(engine.generate(prompts, params)), model.device)
     return wall, sum(map(len, outs)), engine
 
 
@@ -348,28 +333,16 @@ def section_d(b: Bench) -> str:
 def heldout_tokens(num_tokens: int) -> torch.Tensor | None:
     """The first `num_tokens` of the held-out corpus, prepared and tokenised as in
     training (lab.labs.common.heldout_ids); None when unavailable on this machine."""
-    from lab.labs.common import heldout_ids
-
     ids = heldout_ids()
     return ids[:num_tokens] if ids is not None and len(ids) >= num_tokens else None
 
 
-def perplexity(logits_of: Callable[[torch.Tensor], torch.Tensor], windows) -> float:
-    """exp(mean next-token cross-entropy) over every position of every window."""
-    total, count = 0.0, 0
+def hf_window_nll(hf, window: torch.Tensor) -> tuple[float, int]:
+    """lab.labs.common.window_nll for a transformers model: (summed next-token
+    cross-entropy in nats, tokens scored) of one window."""
     with torch.inference_mode():
-        for window in windows:
-            logits = logits_of(window).float()
-            total += F.cross_entropy(logits[:-1], window[1:], reduction="sum").item()
-            count += len(window) - 1
-    return math.exp(total / count)
-
-
-def ours_logits(model: LlamaModel) -> Callable[[torch.Tensor], torch.Tensor]:
-    """One window [L] -> logits [L, vocab], no cache (DenseAttention)."""
-    return lambda w: model.logits(
-        model(w, torch.arange(len(w), device=w.device), DenseAttention([len(w)]))
-    )
+        logits = hf(window[None]).logits[0].float()
+        return F.cross_entropy(logits[:-1], window[1:], reduction="sum").item(), len(window) - 1
 
 
 # ---------------------------------------------------------------- (e) speculative
@@ -387,7 +360,7 @@ def run_spec(decoder, groups: list[list[list[int]]], new: int) -> tuple[float, d
 
 def run_engine(model: LlamaModel, groups: list[list[list[int]]], new: int) -> float:
     """Seconds for the engine to run each prompt group to completion, one group at a time."""
-    return sum(seconds(lambda g=g: make_engine(model).generate(g, greedy(new)), model.device)
+    return sum(timed(lambda g=g: make_engine(model).generate(g, greedy(new)), model.device)[0]
                for g in groups)  # fmt: skip
 
 
@@ -401,7 +374,7 @@ def section_e(b: Bench) -> str:
         return "skipped: held-out corpus text unavailable (manifest, tokenizer or stdlib)"
     from lab.engine.speculative import SpeculativeDecoder, expected_tokens_per_step
 
-    draft = load_model(WEIGHTS / "draft", torch.float32, b.device)
+    draft = bundled_model("draft", torch.float32, b.device)
     new, ks, repeats = (64, (0, 1, 2, 4, 8), 2) if b.quick else (128, range(9), 3)
     prompts = [text[i * 1024 : i * 1024 + 64].tolist() for i in range(4)]
     rows = []
@@ -460,11 +433,11 @@ def section_f(b: Bench) -> str:
             if bits:
                 quantize_model(model, bits, group_size=64)
             name = {None: act, 8: f"int8 ({act} act.)", 4: f"int4 g64 ({act} act.)"}[bits]
-            ppl = perplexity(ours_logits(model), windows) if windows else "n/a"
+            ppl = perplexity([window_nll(model, w) for w in windows]) if windows else "n/a"
             rows.append([f"ours {name}", f"{quant_bytes(model) / 1e6:.2f}",
                          ours_decode_ms(model, prompt, new, repeats), ppl])  # fmt: skip
         hf = b.hf if dtype == torch.float32 else hf_twin(copy.deepcopy(b.target).to(dtype))
-        ppl = perplexity(lambda w, hf=hf: hf(w[None]).logits[0], windows) if windows else "n/a"
+        ppl = perplexity([hf_window_nll(hf, w) for w in windows]) if windows else "n/a"
         rows.append([f"HF {act}", f"{quant_bytes(hf) / 1e6:.2f}",
                      hf_decode_ms(hf, prompt, new, repeats), ppl])  # fmt: skip
     scored = f"{num_windows} windows of 512 held-out tokens" if windows else "n/a (random model)"
@@ -519,9 +492,9 @@ SECTIONS = {
 def build(quick: bool, device: str) -> Bench:
     """The bundled target (fp32) and HF's copy of it, or a random model of its shape."""
     if (WEIGHTS / "target" / "model.safetensors").exists():
-        target, bundled = load_model(WEIGHTS / "target", torch.float32, device), True
+        target, bundled = bundled_model("target", torch.float32, device), True
     else:
-        from lab.engine.train import target_config  # the bundled target's shape
+        from lab.engine.training.models import target_config  # the bundled target's shape
 
         target, bundled = random_model(target_config(3072).to_dict(), device), False
     return Bench(quick, device, target, hf_twin(target), bundled)

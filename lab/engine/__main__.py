@@ -12,7 +12,8 @@ WEIGHTS = Path(__file__).resolve().parent / "weights"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lab.engine.engine import EngineConfig, LLMEngine
+    from lab.engine.config import EngineConfig
+    from lab.engine.engine import LLMEngine
     from lab.engine.sampler import SamplingParams
 
     parser = argparse.ArgumentParser(prog="python -m lab.engine")
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not (args.model / "config.json").exists():
         print(
-            f"No model at {args.model}: train one with `python -m lab.engine.train`.",
+            f"No model at {args.model}: train one with `python -m lab.engine.training`.",
             file=sys.stderr,
         )
         return 2

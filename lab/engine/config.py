@@ -1,8 +1,13 @@
-"""ModelConfig: a Hugging Face config.json (llama / mistral / qwen2) as one frozen dataclass."""
+"""The two configs, frozen dataclasses that flow one way, downward.
+
+ModelConfig: a Hugging Face config.json (llama / mistral / qwen2), the model's shape.
+EngineConfig: how the engine caches and schedules (read by the engine and its model runner).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +19,9 @@ ARCHITECTURES = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
 }
+
+
+MODES = ("paged", "contiguous", "none")
 
 
 @dataclass(frozen=True)
@@ -230,3 +238,32 @@ def _sliding_window(raw: Mapping[str, Any]) -> int | None:
         return None
     window = raw.get("sliding_window")
     return int(window) if window else None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine caches and schedules. Sizes in tokens unless named otherwise."""
+
+    mode: str = "paged"  # paged | contiguous | none (recompute the whole prefix every step)
+    scheduling: str = "continuous"  # continuous | static
+    block_size: int = 16
+    num_blocks: int | None = None  # default: enough for max_num_seqs full-length sequences
+    max_model_len: int = 512
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 512
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    static_batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}.")
+        if self.scheduling not in ("continuous", "static"):
+            raise ValueError(f"scheduling must be continuous or static, not {self.scheduling!r}.")
+
+    @property
+    def num_kv_blocks(self) -> int:
+        """Blocks of the paged cache: `num_blocks`, or enough for max_num_seqs full sequences."""
+        if self.num_blocks:
+            return self.num_blocks
+        return self.max_num_seqs * math.ceil(self.max_model_len / self.block_size)

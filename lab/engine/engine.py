@@ -5,12 +5,14 @@
 counts) and per step (batch size, prefill/decode tokens, KV blocks used/free, prefix hits).
 Metric meanings follow vLLM's serving benchmark (TTFT to the first token; TPOT =
 (E2E - TTFT) / (output tokens - 1); ITL per token). Plain PyTorch, no Django.
+
+The engine keeps the requests and the step loop: schedule, run, sample, postprocess. The
+model runner (model_runner.py) turns a scheduled batch into model inputs and logits.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Iterator
 from collections.abc import Sequence as Seq
@@ -19,41 +21,16 @@ from pathlib import Path
 
 import torch
 
-from lab.engine.kv_cache import (
-    BlockManager,
-    ContiguousAllocator,
-    ContiguousAttention,
-    KVPool,
-    PagedAttention,
-    kv_usage,
-)
-from lab.engine.model import DenseAttention, LlamaModel, load_model
+from lab.engine.block_manager import BlockManager
+from lab.engine.config import EngineConfig
+from lab.engine.contiguous_allocator import ContiguousAllocator
+from lab.engine.kv_pool import KVPool, kv_usage
+from lab.engine.model import LlamaModel, load_model
+from lab.engine.model_runner import ModelRunner
 from lab.engine.sampler import SamplingParams, make_generator, sample
-from lab.engine.scheduler import Scheduler, Sequence, StaticScheduler
-
-MODES = ("paged", "contiguous", "none")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How the engine caches and schedules. Sizes in tokens unless named otherwise."""
-
-    mode: str = "paged"  # paged | contiguous | none (recompute the whole prefix every step)
-    scheduling: str = "continuous"  # continuous | static
-    block_size: int = 16
-    num_blocks: int | None = None  # default: enough for max_num_seqs full-length sequences
-    max_model_len: int = 512
-    max_num_seqs: int = 16
-    max_num_batched_tokens: int = 512
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    static_batch_size: int = 8
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}.")
-        if self.scheduling not in ("continuous", "static"):
-            raise ValueError(f"scheduling must be continuous or static, not {self.scheduling!r}.")
+from lab.engine.scheduler import Scheduler
+from lab.engine.sequence import Sequence
+from lab.engine.static_scheduler import StaticScheduler
 
 
 @dataclass
@@ -98,7 +75,8 @@ class LLMEngine:
         self._ids = itertools.count()
         self.requests: dict[int, RequestState] = {}
         self.step_log: list[dict] = []
-        self._build_cache()
+        self.manager = self._build_manager()  # before the pool: its checks come first
+        self.runner = ModelRunner(model, self.config)
         scheduler_kwargs = {"is_finished": self._is_finished}
         if self.config.scheduling == "static":
             self.scheduler = StaticScheduler(
@@ -134,34 +112,18 @@ class LLMEngine:
         return cls(load_model(path, dtype=dtype, device=device), config, tokenizer)
 
     # --- cache ---------------------------------------------------------------------------
-    def _build_cache(self) -> None:
-        c, mc = self.config, self.model.config
+    def _build_manager(self) -> BlockManager | ContiguousAllocator:
+        """Who holds which KV slots; the runner's pool holds the K/V themselves."""
+        c = self.config
         if c.mode == "contiguous":
-            self.manager = ContiguousAllocator(c.max_num_seqs, c.max_model_len)
-            self.pool = KVPool(
-                mc.num_hidden_layers,
-                c.max_num_seqs,
-                c.max_model_len,
-                mc.num_key_value_heads,
-                mc.head_dim,
-                self.model.dtype,
-                self.device,
-            )
-            return
-        num_blocks = c.num_blocks or c.max_num_seqs * math.ceil(c.max_model_len / c.block_size)
+            return ContiguousAllocator(c.max_num_seqs, c.max_model_len)
         prefix = c.enable_prefix_caching and c.mode == "paged"
-        self.manager = BlockManager(num_blocks, c.block_size, enable_prefix_caching=prefix)
-        self.pool = None
-        if c.mode == "paged":
-            self.pool = KVPool(
-                mc.num_hidden_layers,
-                num_blocks,
-                c.block_size,
-                mc.num_key_value_heads,
-                mc.head_dim,
-                self.model.dtype,
-                self.device,
-            )
+        return BlockManager(c.num_kv_blocks, c.block_size, enable_prefix_caching=prefix)
+
+    @property
+    def pool(self) -> KVPool | None:
+        """The KV pool (the runner's; None in mode "none")."""
+        return self.runner.pool
 
     def kv_bytes_per_token(self) -> int:
         return self.model.config.kv_bytes_per_token(
@@ -234,7 +196,8 @@ class LLMEngine:
         for item in batch.items:
             state = self.requests[item.seq.seq_id]
             state.first_scheduled = state.first_scheduled or started
-        logits_rows, emitting = self._forward(batch)
+        logits_rows = self.runner.run(batch)
+        emitting = [item for item in batch.items if item.emits_token]
         new_tokens: dict[int, int | None] = {item.seq.seq_id: None for item in batch.items}
         if emitting:
             states = [self.requests[item.seq.seq_id] for item in emitting]
@@ -248,39 +211,6 @@ class LLMEngine:
             self.requests[sid].token_times.append(now)
         self._log_step(batch, started, now)
         return emitted
-
-    def _forward(self, batch):
-        """Build the flattened inputs and the attention backend; logits of emitting rows."""
-        items = batch.items
-        if self.config.mode == "none":  # recompute every sequence's whole prefix
-            spans = [(0, item.start_pos + item.num_new_tokens) for item in items]
-            backend = DenseAttention([end for _, end in spans])
-        else:
-            spans = [(item.start_pos, item.start_pos + item.num_new_tokens) for item in items]
-            cached = [item.start_pos for item in items]
-            new = [item.num_new_tokens for item in items]
-            if self.config.mode == "paged":
-                tables = [item.seq.block_table for item in items]
-                backend = PagedAttention(self.pool, tables, cached, new, self.config.block_size)
-            else:
-                backend = ContiguousAttention(
-                    self.pool, [item.seq.block_table[0] for item in items], cached, new
-                )
-        ids = [
-            tok
-            for item, (a, b) in zip(items, spans, strict=True)
-            for tok in item.seq.token_ids[a:b]
-        ]
-        pos = [p for a, b in spans for p in range(a, b)]
-        input_ids = torch.tensor(ids, dtype=torch.long, device=self.device)
-        positions = torch.tensor(pos, dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            hidden = self.model(input_ids, positions, backend)
-            ends = list(itertools.accumulate(b - a for a, b in spans))
-            emitting = [item for item in items if item.emits_token]
-            rows = [end - 1 for item, end in zip(items, ends, strict=True) if item.emits_token]
-            logits = self.model.logits(hidden[rows]) if rows else None
-        return logits, emitting
 
     def _log_step(self, batch, started: float, finished: float) -> None:
         stats = self.manager.stats(self.kv_bytes_per_token())

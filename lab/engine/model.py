@@ -2,34 +2,25 @@
 
 The model never stores K/V: each layer hands its new q/k/v to an attention backend
 (`backend.attend(layer, q, k, v)`), so one model serves the paged, contiguous and no-cache
-modes. `DenseAttention` is the no-cache backend.
+modes. The backends, `DenseAttention` (no cache) included, are in attention.py.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from lab.engine.attention import AttentionBackend
 from lab.engine.config import ModelConfig, RopeScaling
 
 # Old checkpoints saved RoPE tables; they are recomputed here, never loaded.
 _IGNORED_KEY_SUFFIXES = ("rotary_emb.inv_freq",)
-
-
-class AttentionBackend(Protocol):
-    """Where K/V live. See docs/ENGINE.md, "The attention seam"."""
-
-    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """q: [T, n_heads, head_dim]; k, v: [T, n_kv_heads, head_dim] -> [T, n_heads, head_dim]."""
-        ...
 
 
 class RMSNorm(nn.Module):
@@ -194,40 +185,6 @@ class LlamaModel(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return self.model.embed_tokens.weight.dtype
-
-
-class DenseAttention:
-    """No-cache backend: every call carries whole sequences (the "none" mode; tests).
-
-    seq_lens: token count of each sequence, in the order they are concatenated.
-    """
-
-    def __init__(self, seq_lens: Sequence[int]) -> None:
-        self.seq_lens = list(seq_lens)
-
-    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Causal attention within each sequence; q [T, H, D], k/v [T, H_kv, D] -> [T, H, D]."""
-        if q.shape[0] != sum(self.seq_lens):
-            raise ValueError(
-                f"DenseAttention got {q.shape[0]} tokens but seq_lens sum to "
-                f"{sum(self.seq_lens)}; pass every token of every sequence."
-            )
-        group = q.shape[1] // k.shape[1]
-        outputs = [
-            causal_attention(qs, ks.repeat_interleave(group, 1), vs.repeat_interleave(group, 1))
-            for qs, ks, vs in zip(
-                q.split(self.seq_lens), k.split(self.seq_lens), v.split(self.seq_lens), strict=True
-            )
-        ]
-        return torch.cat(outputs)
-
-
-def causal_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """SDPA for one sequence with as many K/V heads as query heads: [L, H, D] -> [L, H, D]."""
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True
-    )
-    return out.transpose(0, 1)
 
 
 def load_model(

@@ -1,152 +1,25 @@
-"""Request scheduling: continuous batching (iteration level) and a static-batching contrast.
+"""Continuous batching (iteration-level scheduling), and the base both schedulers share.
 
 One ``schedule()`` call plans one engine step: which sequences run, how many new tokens each
 computes and from which position. ``postprocess()`` applies the sampled tokens. This is pure
-bookkeeping; the KV blocks themselves belong to ``kv_cache.BlockManager`` (duck-typed here).
+bookkeeping; the KV blocks themselves belong to a block manager (``block_manager.py``,
+duck-typed here). The static-batching contrast is ``static_scheduler.py``.
 """
 
 from __future__ import annotations
 
-import enum
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-
-class SequenceStatus(enum.Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    PREEMPTED = "preempted"  # waiting again, to recompute its KV from scratch
-    FINISHED = "finished"
-    ABORTED = "aborted"
-
-
-@dataclass(eq=False)  # identity equality: a sequence is a live object, not a value
-class Sequence:
-    """One request: its tokens, its progress and its KV block table.
-
-    ``token_ids`` is prompt + generated tokens. ``num_computed_tokens`` counts the leading
-    tokens whose KV is in the cache; a step computes ``token_ids[num_computed_tokens:]`` (or a
-    chunk of it) and, once all of them are computed, the engine samples one new token from the
-    last position. ``num_prefill_tokens`` is what the current prefill must cover: the prompt,
-    or prompt + generated after a preemption. Timestamps are seconds on the scheduler's clock.
-    """
-
-    seq_id: int
-    token_ids: list[int]
-    num_prompt_tokens: int = -1  # -1: the whole of token_ids is prompt
-    sampling_params: Any = None  # opaque to the scheduler; the engine's sampler reads it
-    status: SequenceStatus = SequenceStatus.WAITING
-    block_table: list[int] = field(default_factory=list)
-    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at allocation
-    num_computed_tokens: int = 0
-    num_prefill_tokens: int = -1
-    num_preemptions: int = 0
-    arrival_time: float | None = None
-    first_token_time: float | None = None
-    finish_time: float | None = None
-
-    def __post_init__(self) -> None:
-        self.token_ids = list(self.token_ids)
-        if not self.token_ids:
-            raise ValueError(f"Sequence {self.seq_id} has no tokens; give it a prompt.")
-        if self.num_prompt_tokens < 0:
-            self.num_prompt_tokens = len(self.token_ids)
-        if self.num_prefill_tokens < 0:
-            self.num_prefill_tokens = self.num_prompt_tokens
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def num_generated_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
-
-    @property
-    def generated_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens :]
-
-    @property
-    def last_token(self) -> int:
-        return self.token_ids[-1]
-
-    @property
-    def is_prefill_done(self) -> bool:
-        return self.num_computed_tokens >= self.num_prefill_tokens
-
-    @property
-    def is_done(self) -> bool:
-        return self.status in (SequenceStatus.FINISHED, SequenceStatus.ABORTED)
-
-    @property
-    def num_new_tokens_to_compute(self) -> int:
-        """Tokens whose KV is still missing: the prefill remainder, or 1 when decoding."""
-        return len(self.token_ids) - self.num_computed_tokens
-
-
-@dataclass(frozen=True)
-class ScheduledSeq:
-    """One sequence's share of a step: compute ``num_new_tokens`` from ``start_pos``."""
-
-    seq: Sequence
-    start_pos: int  # == tokens whose KV is already cached for this sequence
-    num_new_tokens: int
-    is_prefill: bool
-    emits_token: bool  # computes the last token: the engine samples from its row
-
-    @classmethod
-    def plan(cls, seq: Sequence, num_new_tokens: int) -> ScheduledSeq:
-        """``num_new_tokens`` of ``seq`` from where its cached KV ends."""
-        start = seq.num_computed_tokens
-        emits = start + num_new_tokens == seq.num_tokens
-        return cls(seq, start, num_new_tokens, not seq.is_prefill_done, emits)
-
-    @property
-    def input_ids(self) -> list[int]:
-        return self.seq.token_ids[self.start_pos : self.start_pos + self.num_new_tokens]
-
-    @property
-    def positions(self) -> range:
-        return range(self.start_pos, self.start_pos + self.num_new_tokens)
-
-
-@dataclass
-class ScheduledBatch:
-    """The plan of one step, in the order the engine concatenates the new tokens."""
-
-    items: list[ScheduledSeq] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-
-    @property
-    def seqs(self) -> list[Sequence]:
-        return [item.seq for item in self.items]
-
-    @property
-    def num_seqs(self) -> int:
-        return len(self.items)
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(item.num_new_tokens for item in self.items if item.is_prefill)
-
-    @property
-    def num_decode_tokens(self) -> int:
-        return sum(item.num_new_tokens for item in self.items if not item.is_prefill)
-
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(item.num_new_tokens for item in self.items)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.items
+from lab.engine.batch import ScheduledBatch, ScheduledSeq
+from lab.engine.sequence import Sequence, SequenceStatus
 
 
 class BlockManagerLike(Protocol):
-    """The part of ``kv_cache.BlockManager`` the schedulers use (see docs/ENGINE.md)."""
+    """What the schedulers need of a KV block manager: ``BlockManager`` and
+    ``ContiguousAllocator`` both provide it (see docs/ENGINE.md)."""
 
     block_size: int
 
@@ -160,7 +33,7 @@ class BlockManagerLike(Protocol):
 IsFinished = Callable[[Sequence], bool]
 
 
-class _BaseScheduler:
+class BaseScheduler:
     """Queues, token application and abort: what both scheduling policies share."""
 
     def __init__(
@@ -239,7 +112,7 @@ class _BaseScheduler:
         return check
 
 
-class Scheduler(_BaseScheduler):
+class Scheduler(BaseScheduler):
     """Continuous batching: decode-first, token budget, chunked prefill, preempt-by-recompute.
 
     ``max_num_batched_tokens`` caps the new tokens of one step (prefill + decode);
@@ -405,107 +278,3 @@ class Scheduler(_BaseScheduler):
         self._mark_stale(seq)
         self.running.remove(seq)
         self._release(seq)
-
-
-class StaticScheduler(_BaseScheduler):
-    """Static batching, as in pre-Orca servers or HF ``generate``: a batch runs to the end.
-
-    Waits until ``batch_size`` requests are waiting (or ``flush`` is set), admits them
-    together, prefills them whole in one step, then decodes until *all* of them finish.
-    A finished member keeps its slot (and KV) until then: ``slot_steps_wasted`` counts those.
-    """
-
-    def __init__(
-        self,
-        block_manager: BlockManagerLike,
-        batch_size: int = 8,
-        *,
-        flush: bool = False,
-        is_finished: IsFinished | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        super().__init__(block_manager, is_finished, clock)
-        self.batch_size = batch_size
-        self.flush = flush
-        self.num_batches = 0
-        self.slot_steps_total = 0  # batch members x steps run
-        self.slot_steps_wasted = 0  # ... of which the member had already finished
-
-    def has_unfinished(self) -> bool:
-        return bool(self.waiting) or any(not seq.is_done for seq in self.running)
-
-    def schedule(self, flush: bool | None = None) -> ScheduledBatch:
-        """Plan one step; empty while the batch is filling and ``flush`` is not set."""
-        flush = self.flush if flush is None else flush
-        if not self.running and (len(self.waiting) >= self.batch_size or flush):
-            self._admit_batch()
-        batch = ScheduledBatch()
-        for seq in self.running:
-            if seq.is_done:
-                continue
-            if seq.is_prefill_done:
-                self._reserve_decode_slot(seq)
-            num_new = seq.num_new_tokens_to_compute
-            batch.items.append(ScheduledSeq.plan(seq, num_new))
-        if not batch.is_empty:
-            self.slot_steps_total += len(self.running)
-            self.slot_steps_wasted += sum(seq.is_done for seq in self.running)
-        return batch
-
-    def _admit_batch(self) -> None:
-        while self.waiting and len(self.running) < self.batch_size:
-            seq = self.waiting[0]
-            if not self.block_manager.can_allocate(seq):
-                if not self.running:
-                    raise RuntimeError(
-                        f"Sequence {seq.seq_id} needs more KV blocks than the pool holds; "
-                        "give the BlockManager more blocks."
-                    )
-                break  # a smaller batch, as a server that sizes batches by memory would
-            self.waiting.popleft()
-            self.block_manager.allocate(seq)
-            seq.num_prefill_tokens = seq.num_tokens
-            seq.num_computed_tokens = 0  # static servers have no prefix cache: recompute
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-        self.num_batches += bool(self.running)
-
-    def _reserve_decode_slot(self, seq: Sequence) -> None:
-        if not self.block_manager.can_append(seq):
-            raise RuntimeError(
-                f"The static batch ran out of KV blocks at sequence {seq.seq_id}; static "
-                "batching cannot preempt: give the pool more blocks or lower batch_size."
-            )
-        self.block_manager.append_slot(seq)
-
-    def postprocess(
-        self,
-        batch: ScheduledBatch,
-        new_tokens: dict[int, int | None],
-        is_finished: IsFinished | None = None,
-    ) -> list[Sequence]:
-        """Apply sampled tokens; the batch (and its KV) is released when all members finish."""
-        check = self._finish_check(is_finished)
-        finished = [
-            item.seq
-            for item in batch.items
-            if self._apply(item, new_tokens.get(item.seq.seq_id), check)
-        ]
-        self._end_batch_if_done()
-        return finished
-
-    def abort(self, seq_id: int) -> Sequence | None:
-        """Drop a request; a batch member's blocks are freed at once, its slot stays taken."""
-        seq = super().abort(seq_id)
-        self._end_batch_if_done()
-        return seq
-
-    def _drop_running(self, seq: Sequence) -> None:
-        self._release(seq)
-
-    def _end_batch_if_done(self) -> None:
-        if self.running and all(seq.is_done for seq in self.running):
-            for seq in self.running:
-                if seq.block_table:
-                    self._release(seq)
-            self.running = []

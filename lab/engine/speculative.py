@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lab.engine.kv_cache import KVPool, PagedAttention
+from lab.engine.attention import PagedAttention
+from lab.engine.kv_pool import KVPool
 from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams, make_generator, probabilities
 

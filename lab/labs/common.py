@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from lab.engine.attention import DenseAttention
 from lab.engine.config import ModelConfig
-from lab.engine.model import DenseAttention, LlamaModel, load_model
+from lab.engine.model import LlamaModel, load_model
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "engine" / "weights"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -93,7 +94,8 @@ def heldout_ids() -> torch.Tensor | None:
     manifest, tokenizer_file = WEIGHTS / "corpus_manifest.txt", WEIGHTS / "tokenizer.json"
     if not (manifest.exists() and tokenizer_file.exists()):
         return None
-    from lab.engine.train import clean_source, read_manifest, stdlib_dir, token_stream
+    from lab.engine.training.corpus import clean_source, read_manifest, stdlib_dir
+    from lab.engine.training.tokenizer import token_stream
 
     texts = []
     for f in read_manifest(manifest)[1]:

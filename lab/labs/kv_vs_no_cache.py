@@ -20,8 +20,10 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from lab.engine.engine import EngineConfig, LLMEngine
-from lab.engine.model import DenseAttention, LlamaModel
+from lab.engine.attention import DenseAttention
+from lab.engine.config import EngineConfig
+from lab.engine.engine import LLMEngine
+from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_shape, random_model, timed, torch_dtype

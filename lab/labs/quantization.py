@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from lab.engine.config import ModelConfig
-from lab.engine.engine import EngineConfig, LLMEngine
+from lab.engine.config import EngineConfig, ModelConfig
+from lab.engine.engine import LLMEngine
 from lab.engine.model import LlamaModel, weight_bytes
 from lab.engine.quant import quantize_model
 from lab.engine.sampler import SamplingParams

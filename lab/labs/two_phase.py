@@ -18,7 +18,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from lab.engine.engine import EngineConfig, LLMEngine
+from lab.engine.config import EngineConfig
+from lab.engine.engine import LLMEngine
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_shape, random_model, timed, torch_dtype

@@ -36,8 +36,8 @@ def make_served(
     device: str = "cpu",
 ) -> Served:
     """Load the HF-format model in `model_dir` into an engine and start its thread."""
-    from lab.engine.config import ModelConfig
-    from lab.engine.engine import EngineConfig, LLMEngine
+    from lab.engine.config import EngineConfig, ModelConfig
+    from lab.engine.engine import LLMEngine
 
     shape = ModelConfig.from_hf(model_dir / "config.json")
     config = EngineConfig(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lab.engine.model import DenseAttention, LlamaModel
+from lab.engine.attention import DenseAttention
+from lab.engine.model import LlamaModel
 
 
 def random_prompts(n: int, seed: int = 1) -> list[list[int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from lab.engine.kv_cache import ContiguousAttention, PagedAttention, causal_attention
+from lab.engine.attention import ContiguousAttention, PagedAttention, causal_attention
 
 
 def reference(kv, histories, cached, new, q, layer=0):

@@ -12,12 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.engine import quant, train
-from lab.engine.engine import EngineConfig, LLMEngine
-from lab.engine.model import DenseAttention, load_model
+from lab.engine import quant
+from lab.engine import training as train
+from lab.engine.attention import DenseAttention
+from lab.engine.config import EngineConfig
+from lab.engine.engine import LLMEngine
+from lab.engine.model import load_model
 from lab.engine.sampler import SamplingParams
 
-WEIGHTS = Path(train.__file__).resolve().parent / "weights"
+WEIGHTS = Path(train.__file__).resolve().parents[1] / "weights"
 TARGET = WEIGHTS / "target"
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from engine_helpers import random_prompts, reference
 
-from lab.engine.config import ModelConfig
-from lab.engine.engine import EngineConfig, LLMEngine
+from lab.engine.config import EngineConfig, ModelConfig
+from lab.engine.engine import LLMEngine
 from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
 

@@ -9,15 +9,10 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from lab.engine.kv_cache import (
-    BlockManager,
-    ContiguousAllocator,
-    ContiguousAttention,
-    KVPool,
-    PagedAttention,
-    block_hash,
-    kv_usage,
-)
+from lab.engine.attention import ContiguousAttention, PagedAttention
+from lab.engine.block_manager import BlockManager, block_hash
+from lab.engine.contiguous_allocator import ContiguousAllocator
+from lab.engine.kv_pool import KVPool, kv_usage
 
 BS = 16
 LAYERS, N_HEADS, KV_HEADS, DIM = 2, 8, 2, 16

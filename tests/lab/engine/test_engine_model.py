@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from lab.engine.attention import DenseAttention
 from lab.engine.config import ModelConfig, RopeScaling
-from lab.engine.model import DenseAttention, LlamaModel, load_model, save_model, weight_bytes
+from lab.engine.model import LlamaModel, load_model, save_model, weight_bytes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")

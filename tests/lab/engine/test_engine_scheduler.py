@@ -15,14 +15,12 @@ import random
 
 import pytest
 
-from lab.engine.kv_cache import BlockManager, ContiguousAllocator
-from lab.engine.scheduler import (
-    ScheduledBatch,
-    Scheduler,
-    Sequence,
-    SequenceStatus,
-    StaticScheduler,
-)
+from lab.engine.batch import ScheduledBatch
+from lab.engine.block_manager import BlockManager
+from lab.engine.contiguous_allocator import ContiguousAllocator
+from lab.engine.scheduler import Scheduler
+from lab.engine.sequence import Sequence, SequenceStatus
+from lab.engine.static_scheduler import StaticScheduler
 
 VOCAB = 997
 

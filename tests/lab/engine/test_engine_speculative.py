@@ -10,8 +10,9 @@ import pytest
 import torch
 from engine_helpers import random_prompts, reference
 
+from lab.engine.attention import DenseAttention
 from lab.engine.config import ModelConfig
-from lab.engine.model import DenseAttention, LlamaModel
+from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams, probabilities
 from lab.engine.speculative import (
     SpeculativeDecoder,

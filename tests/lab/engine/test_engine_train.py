@@ -1,4 +1,4 @@
-"""lab.engine.train: the bundled corpus manifest, tokenizer, target/draft weights and log,
+"""lab.engine.training: the bundled corpus manifest, tokenizer, target/draft weights and log,
 plus a few-step smoke run through the same training code path. Everything loads from local
 paths (nothing touches a hub)."""
 
@@ -15,9 +15,9 @@ import torch
 from tokenizers import Tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from lab.engine import train
+from lab.engine import training as train
 
-WEIGHTS = Path(train.__file__).resolve().parent / "weights"
+WEIGHTS = Path(train.__file__).resolve().parents[1] / "weights"
 PARAM_RANGES = {"target": (5_000_000, 10_000_000), "draft": (500_000, 2_000_000)}
 TRICKY_SOURCE = (
     'def f(x):\n\t"""Tabs, CRLF\r\n, unicode: café — λ ✓ 🐍."""\n'
