@@ -121,6 +121,7 @@ class StepInlineFormSet(forms.BaseInlineFormSet):
                     "atol": data["atol"],
                     "hints": data.get("hints") or [],
                     "explanation": data.get("explanation") or "",
+                    "integer": data.get("integer") or None,
                     "misconceptions": [
                         {"expression": m.expression, "feedback": m.feedback} for m in saved
                     ],
@@ -140,7 +141,7 @@ class StepInline(admin.StackedInline):
         "name",
         "prompt",
         "expression",
-        "unit",
+        ("unit", "integer"),
         ("rtol", "atol"),
         "hints",
         "explanation",

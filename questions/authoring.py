@@ -83,22 +83,27 @@ def _step_preview(step: problems.Step, value, scope: dict[str, object]) -> StepP
         name=step.name,
         prompt_html=render_markdown(fill(step.prompt)),
         answer=format_quantity(value, step.unit),
-        unit=describe_unit(step.unit),
-        tolerance=tolerance_text(step.rtol, step.atol, step.unit),
+        unit=describe_unit(step.unit, step.integer),
+        tolerance=tolerance_text(step.rtol, step.atol, step.unit, step.integer),
         hints=tuple(fill(h) for h in step.hints),
         misconceptions=tuple((format_quantity(v, step.unit), fill(m.feedback)) for m, v in wrong),
         explanation_html=render_markdown(fill(step.explanation)),
     )
 
 
-def tolerance_text(rtol: float, atol: float, unit: str) -> str:
-    """How a learner is told the tolerance: "within 1%" (plus an absolute floor if any)."""
+def tolerance_text(rtol: float, atol: float, unit: str, integer: str = "") -> str:
+    """How a learner is told the tolerance: "within 1%" (plus an absolute floor if any),
+    after how to round on an integer step: "round down · within 1%"."""
     text = f"within {rtol * 100:.3g}%"
-    return f"{text} or {atol:g} {unit}" if atol else text
+    text = f"{text} or {atol:g} {unit}" if atol else text
+    return f"{problems.ROUNDING_WORDS[integer]} · {text}" if integer else text
 
 
-def describe_unit(unit: str) -> str:
-    return unit if unit.strip() not in ("", "1", "dimensionless") else "a plain number"
+def describe_unit(unit: str, integer: str = "") -> str:
+    """The answer box's unit: "GiB", "percent", "a plain number", "a whole number"."""
+    if unit.strip() in ("", "1", "dimensionless"):
+        return "a whole number" if integer else "a plain number"
+    return f"{unit}, a whole number" if integer else unit
 
 
 def questions_yaml(questions: list[Question]) -> str:

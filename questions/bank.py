@@ -52,6 +52,9 @@ class StepIn(_Strict):  # lengths as the database's columns (questions.models)
     hints: list[str] = []
     misconceptions: list[MisconceptionIn] = []
     explanation: str = ""
+    # A count (GPUs, sequences, replicas): the reference is rounded this way and the answer
+    # must be a whole number; the learner is told how to round beside the answer box.
+    integer: Literal["floor", "ceil", "round"] | None = None
 
 
 class ParameterIn(_Strict):
@@ -409,7 +412,7 @@ def _check_step_values(
             f"the unit is {step.unit!r} ({describe_dimension(step.unit)}) but the expression "
             f"yields {value.units:~P} ({describe_dimension(value)})"
         )
-    value = value.to(parse_unit(step.unit))
+    value = problems.rounded(step, value.to(parse_unit(step.unit)))
     scope[step.name] = value
     for j, m in enumerate(step.misconceptions):
         where = f" > misconceptions[{j}] > expression"
@@ -422,6 +425,7 @@ def _check_step_values(
                 f"yields {wrong.units:~P} ({describe_dimension(wrong)}); "
                 f"the step's unit is {step.unit!r}"
             )
+        wrong = problems.rounded(step, wrong.to(value.units))
         if not problems.differs(value, wrong.to(value.units), step.rtol, step.atol):
             return where, (
                 f"gives the correct answer ({value:~P}) for variant {variant.choices}; "

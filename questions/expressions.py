@@ -29,12 +29,20 @@ _DEFINITIONS = (
     "Gb = 1e9 * bit",  # by default `Gb` is the gilbert
     "Kb = 1e3 * bit",
     "KB = 1e3 * byte",  # pint only knows kB; KB is decimal too
-    "token = [token]",
+    "token = [token] = _ = tok",  # so Mtok (1e6 tokens) and ktok/s parse too
     "FLOP = [flop]",
     "FLOPS = FLOP / second",
     "OPS = FLOP / second",  # TOPS = 1e12 OPS, the datasheet unit for int8
     "USD = [currency] = _ = dollar",  # `$` is rewritten to USD before parsing
-    "request = [request]",
+    "request = [request] = _ = req",
+    # Counts people write after a number ("52 GPUs", "40 sequences", "30 tok/s/seq"): plain
+    # numbers, like pint's own `count`. Case-sensitive, so the parameter `gpu` stays free.
+    "GPU = 1",
+    "sequence = 1 = _ = seq",
+    # Number words: "$1.2 per million tokens", "1.5 million tokens".
+    "thousand = 1e3",
+    "million = 1e6",
+    "billion = 1e9",
 )
 
 
@@ -64,7 +72,7 @@ _COMPARISON_RE = re.compile(r"<=|>=|==|!=|<|>|=")
 _OP_PRIORITY = {"**": 3, "unary": 2, "": 2, "*": 1, "/": 1, "+": 0, "-": 0}
 _COMMON_UNITS = (  # noqa: SIM905 (suggestions for misspelt units)
     "B KB MB GB TB KiB MiB GiB TiB bit Gb s ms us ns minute hour h day token FLOP FLOPS "
-    "TFLOPS PFLOPS TOPS USD dollar W kW request"
+    "TFLOPS PFLOPS TOPS USD dollar W kW request GPU sequence"
 ).split()
 
 

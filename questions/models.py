@@ -122,6 +122,19 @@ class Step(models.Model):
     hints = models.JSONField(default=list, blank=True)
     explanation = models.TextField(blank=True)
 
+    class Integer(models.TextChoices):
+        FLOOR = "floor", "Whole number, rounded down"
+        CEIL = "ceil", "Whole number, rounded up"
+        ROUND = "round", "Whole number, rounded to nearest"
+
+    integer = models.CharField(
+        max_length=8,
+        choices=Integer.choices,
+        blank=True,
+        help_text="A count (GPUs, sequences): the reference is rounded this way and the "
+        "answer must be a whole number.",
+    )
+
     class Meta:
         ordering = ("order", "id")
         constraints = [

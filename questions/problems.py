@@ -7,6 +7,7 @@ admin preview, the arithmetic grader and the lab's predictions all call it. No D
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ from questions.expressions import (
 )
 
 CATALOG_KINDS = ("models", "gpus", "dtypes")
+INTEGER_MODES = ("floor", "ceil", "round")
 MAX_RANGE_VALUES = 10_000
 _PLACEHOLDER_RE = re.compile(r"\{([A-Za-z][A-Za-z0-9_]*)\}")
 
@@ -50,6 +52,7 @@ class Step:
     hints: tuple[str, ...] = ()
     misconceptions: tuple[Misconception, ...] = ()
     explanation: str = ""
+    integer: str = ""  # "" | floor | ceil | round: the answer is a whole number
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,37 @@ def all_variants(problem: Problem, limit: int = 5000) -> list[dict[str, Any]]:
     return found
 
 
+# How a learner is told to round, beside the step's answer box.
+ROUNDING_WORDS = {"floor": "round down", "ceil": "round up", "round": "round to nearest"}
+
+
+def round_whole(value: float, mode: str) -> float:
+    """`value` rounded to a whole number as an integer step says (floor, ceil or round half
+    up), forgiving float noise: 51.99999999997 floors to 52, 52.00000000003 ceils to 52."""
+    nearest = math.floor(value + 0.5)
+    if abs(value - nearest) <= 1e-9 * max(1.0, abs(value)):
+        return float(nearest)
+    if mode == "floor":
+        return float(math.floor(value))
+    if mode == "ceil":
+        return float(math.ceil(value))
+    return float(nearest)
+
+
+def rounded(step: Step, value: Quantity) -> Quantity:
+    """`value` (in the step's unit) rounded as the step's `integer` says; unchanged if none."""
+    if not step.integer:
+        return value
+    return UREG.Quantity(round_whole(float(value.magnitude), step.integer), value.units)
+
+
+def step_value(step: Step, scope: Mapping[str, object], expression: str | None = None) -> Quantity:
+    """The value of a step's expression (or of `expression`, e.g. a misconception's) in
+    `scope`, in the step's unit, rounded as the step's `integer` says."""
+    value = evaluate(step.expression if expression is None else expression, scope)
+    return rounded(step, value.to(parse_unit(step.unit)))
+
+
 def solve(
     problem: Problem,
     variables: Mapping[str, object],
@@ -150,7 +184,7 @@ def solve(
         if overrides and step.name in overrides:
             values[step.name] = overrides[step.name]
         else:
-            values[step.name] = evaluate(step.expression, scope).to(parse_unit(step.unit))
+            values[step.name] = step_value(step, scope)
         scope[step.name] = values[step.name]
     return values
 
@@ -158,10 +192,9 @@ def solve(
 def misconception_values(
     step: Step, scope: Mapping[str, object]
 ) -> list[tuple[Misconception, Quantity]]:
-    """Each authored misconception of `step` evaluated in `scope`, in the step's unit."""
-    return [
-        (m, evaluate(m.expression, scope).to(parse_unit(step.unit))) for m in step.misconceptions
-    ]
+    """Each authored misconception of `step` evaluated in `scope`, in the step's unit (and
+    rounded as the step's `integer` says: a learner who holds the misconception rounds too)."""
+    return [(m, step_value(step, scope, m.expression)) for m in step.misconceptions]
 
 
 _COUNT_UNITS = {"token": "tokens", "request": "requests"}
@@ -221,6 +254,7 @@ def from_dict(data: Mapping[str, Any]) -> Problem:
                 for m in s.get("misconceptions") or ()
             ),
             explanation=s.get("explanation", "") or "",
+            integer=s.get("integer") or "",
         )
         for s in data.get("steps") or ()
     )
@@ -251,6 +285,8 @@ __all__: Sequence[str] = (
     "misconception_values",
     "parameter_values",
     "render_text",
+    "rounded",
     "solve",
+    "step_value",
     "variables_for",
 )

@@ -74,6 +74,7 @@ def _step_dict(step: Step) -> dict[str, Any]:
             {"expression": m.expression, "feedback": m.feedback} for m in step.misconceptions.all()
         ],
         "explanation": step.explanation,
+        "integer": step.integer or None,
     }
 
 
@@ -211,6 +212,7 @@ def _question_apply(question: Question, data: dict[str, Any]) -> None:
     for s in full.problem.steps:
         row = s.model_dump(exclude={"misconceptions"})
         row["expression"] = str(row["expression"])
+        row["integer"] = row["integer"] or ""
         step_rows.append(row)
     steps = _sync_ordered(
         list(problem.steps.all()),

@@ -94,3 +94,32 @@ def test_load_export_load_is_a_fixed_point(tmp_path, capsys):
     assert len(names) == len(list(BANK_DIR.glob("*.yaml")))
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+# Steps whose answer is a count of GPUs, sequences, replicas, batch slots, heads or
+# connections: whole numbers, rounded the way the question needs (issue 18).
+COUNT_STEPS = {
+    ("capacity-planning-fleet-chain", "replicas"): "ceil",
+    ("capacity-planning-fleet-chain", "gpus_total"): "ceil",
+    ("fitting-weights-gpus-and-spill", "gpus_needed"): "ceil",
+    ("kv-arith-sequences-that-fit", "max_sequences"): "floor",
+    ("long-context-kv-and-prefill-cost", "long_slots"): "floor",
+    ("paged-attention-waste-arithmetic", "seqs_contiguous"): "floor",
+    ("paged-attention-waste-arithmetic", "seqs_paged"): "floor",
+    ("prefill-decode-intensity-roofline", "critical_batch"): "ceil",
+    ("serving-design-node-concurrency", "max_sequences"): "floor",
+    ("tensor-parallelism-min-tp-fit", "min_tp"): "ceil",
+    ("tensor-parallelism-min-tp-fit", "kv_heads_per_gpu"): "ceil",
+    ("timeouts-retries-littles-law-amplification", "pool_per_pod"): "ceil",
+}
+
+
+def test_count_steps_are_integer_steps(bank):
+    found = {
+        (q.slug, s.name): s.integer
+        for q in bank.questions
+        if q.problem
+        for s in q.problem.steps
+        if s.integer
+    }
+    assert {k: v for k, v in found.items() if k in COUNT_STEPS} == COUNT_STEPS

@@ -201,3 +201,47 @@ def test_load_is_an_idempotent_upsert_that_keeps_attempts(tmp_path, capsys):
     assert (
         list(Question.objects.get(slug="kv-why").rubric.values_list("id", flat=True)) == rubric_ids
     )
+
+
+def sequences_step(data, integer):
+    steps = arithmetic(data)["problem"]["steps"]
+    steps.append(
+        {
+            "name": "fits",
+            "prompt": "How many sequences fit in 80 GB?",
+            "expression": "80 GB / kv_per_seq",
+            "unit": "",
+            "integer": integer,
+            "misconceptions": [{"expression": "80 GB / kv_per_seq + 0.4", "feedback": "x"}],
+        }
+    )
+    return steps[-1]
+
+
+def test_integer_must_be_floor_ceil_or_round(tmp_path):
+    data = topic_data()
+    sequences_step(data, "truncate")
+    message = only_error(tmp_path, data)
+    assert "steps[2] (fits) > integer: Input should be 'floor', 'ceil' or 'round'" in message
+
+
+def test_a_misconception_that_rounds_to_the_answer_is_reported(tmp_path):
+    data = topic_data()
+    sequences_step(data, "floor")  # + 0.4 sequences is a different number, not a different count
+    message = only_error(tmp_path, data)
+    assert "steps[2] (fits) > misconceptions[0] > expression: gives the correct answer" in message
+
+
+@pytest.mark.django_db
+def test_integer_round_trips_through_the_database(tmp_path):
+    from questions.models import Step
+    from questions.services import question_dict
+
+    data = topic_data()
+    step = sequences_step(data, "ceil")
+    step["misconceptions"][0]["expression"] = "80 GB / kv_per_seq * 2"
+    call_command("load_bank", str(write_topic(tmp_path, data)))
+    assert Step.objects.get(name="fits").integer == "ceil"
+    assert Step.objects.get(name="kv_per_seq").integer == ""
+    exported = question_dict(Question.objects.get(slug="kv-70b"))["problem"]["steps"]
+    assert exported[2]["integer"] == "ceil" and "integer" not in exported[1]

@@ -579,3 +579,74 @@ def test_functions_agree_with_math(a, b):
     assert evaluate("max(a, b)", v).magnitude == max(a, b)
     assert evaluate("sqrt(b)", v).magnitude == pytest.approx(math.sqrt(b))
     assert evaluate("log2(b)", v).magnitude == pytest.approx(math.log2(b))
+
+
+# --- the words people type (issue 18): defined as pint units, not as a learner-only pass ---
+
+
+@pytest.mark.parametrize(
+    ("text", "unit", "expected"),
+    [
+        ("1200 tok/s", "token/s", 1200),  # tok is an alias of token
+        ("1.2 ktok/s", "token/s", 1200),  # ... and takes SI prefixes
+        ("1.2 USD/Mtok", "USD/token", 1.2e-6),
+        ("1.2 USD/Mtoken", "USD/token", 1.2e-6),
+        ("150 req/s", "request/s", 150),
+        ("52 reqs", "request", 52),
+        ("52 GPU", "", 52),  # counts are plain numbers, like pint's own `count`
+        ("2.5 USD / GPU / hour", "USD/hour", 2.5),
+        ("40 sequence", "", 40),
+        ("30 token/s/seq", "token/s", 30),
+        ("1.2 USD / million token", "USD/token", 1.2e-6),
+        ("1.5 thousand", "", 1500),
+        ("2 billion", "", 2e9),
+    ],
+)
+def test_count_rate_and_price_words_are_units(text, unit, expected):
+    assert to_magnitude(evaluate(text, {}), unit) == pytest.approx(expected)
+
+
+def test_step_units_may_use_the_new_words():
+    assert same_dimension(Q(1, "USD/token"), "USD/Mtok")
+    assert to_magnitude(Q(1.2e-6, "USD/token"), "USD/Mtok") == pytest.approx(1.2)
+    assert parse_unit("req/s") == parse_unit("request/s")
+
+
+def test_x_is_not_a_unit_so_expressions_keep_using_it_as_a_variable():
+    # A ratio's "x" ("3.5x") is read by the learner-input pass (trainer.grading.arithmetic),
+    # never by the registry: a bank variable called x keeps working and is still a name used.
+    with pytest.raises(ExpressionError, match="unknown name 'x'"):
+        evaluate("3.5 x", {})
+    assert evaluate("2 x", {"x": 3}).magnitude == 6
+    assert names_used("x * GPU") == {"x"}
+    check_name("x")
+
+
+@pytest.mark.parametrize("name", ["GPU", "GPUs", "seq", "sequences", "tok", "req", "million"])
+def test_the_new_words_are_reserved_as_names(name):
+    with pytest.raises(ExpressionError, match="already a unit"):
+        check_name(name)
+
+
+@pytest.mark.parametrize("name", ["gpu", "gpus", "replicas", "pods", "users", "streams", "batch"])
+def test_names_the_bank_uses_stay_free(name):
+    check_name(name)  # case-sensitive GPU; count nouns such as replicas are not units
+
+
+def test_no_name_the_bank_or_catalog_defines_reads_as_a_unit():
+    from questions import catalog, problems
+    from questions.bank import _problem_dict, read_bank
+
+    for question in read_bank().questions:
+        if question.problem is None:
+            continue
+        spec = problems.from_dict(_problem_dict(question.problem))
+        names = {s.name for s in spec.steps} | set(spec.parameters)
+        variant = problems.draw_variant(spec, 0)
+        names |= set(variant.variables)
+        for name in names:
+            check_name(name)
+    for kind in ("models", "gpus", "dtypes"):
+        for slug in getattr(catalog.load_catalog(), kind):
+            for name in catalog.variables(kind, slug, "p"):
+                check_name(name)

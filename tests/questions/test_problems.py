@@ -59,3 +59,63 @@ def test_prompts_read_naturally():
     assert (
         problems.render_text("{kv} per token, {unknown}", scope) == "327,680 B per token, {unknown}"
     )
+
+
+# --- integer steps (issue 18) ------------------------------------------------------------
+
+
+def count_problem(integer: str) -> problems.Problem:
+    return problems.from_dict(
+        {
+            "parameters": {
+                "pool": {"value": 527, "unit": "GB"},
+                "per": {"value": 10, "unit": "GB"},
+            },
+            "steps": [
+                {
+                    "name": "fits",
+                    "prompt": "How many?",
+                    "expression": "pool / per",
+                    "unit": "",
+                    "integer": integer,
+                    "misconceptions": [{"expression": "pool / (per / 2)", "feedback": "K or V"}],
+                },
+                {"name": "spare", "prompt": "p", "expression": "pool - fits * per", "unit": "GB"},
+            ],
+        }
+    )
+
+
+def test_an_integer_step_rounds_its_reference_and_later_steps_use_the_rounded_value():
+    variables = {"pool": UREG.Quantity(527, "GB"), "per": UREG.Quantity(10, "GB")}
+    floor = problems.solve(count_problem("floor"), variables)
+    assert floor["fits"].magnitude == 52 and floor["spare"].to("GB").magnitude == 7
+    assert problems.solve(count_problem("ceil"), variables)["fits"].magnitude == 53
+    assert problems.solve(count_problem("round"), variables)["fits"].magnitude == 53
+    plain = problems.from_dict(
+        {
+            "parameters": dict(count_problem("floor").parameters),
+            "steps": [{"name": "fits", "prompt": "p", "expression": "pool / per", "unit": ""}],
+        }
+    )
+    assert problems.solve(plain, variables)["fits"].magnitude == 52.7
+
+
+def test_misconception_values_are_rounded_like_the_step():
+    step = count_problem("floor").steps[0]
+    scope = {"pool": UREG.Quantity(527, "GB"), "per": UREG.Quantity(10, "GB")}
+    [(_, wrong)] = problems.misconception_values(step, scope)
+    assert wrong.magnitude == 105  # floor(105.4): the learner who halves also rounds down
+
+
+def test_round_whole_forgives_float_noise_and_rounds_halves_up():
+    assert problems.round_whole(51.99999999997, "floor") == 52
+    assert problems.round_whole(52.00000000003, "ceil") == 52
+    assert problems.round_whole(52.5, "round") == 53
+    assert problems.round_whole(-1.5, "round") == -1
+    assert problems.round_whole(52.7, "floor") == 52 and problems.round_whole(52.1, "ceil") == 53
+
+
+def test_from_dict_reads_integer_and_defaults_to_none():
+    assert count_problem("ceil").steps[0].integer == "ceil"
+    assert sample_problem().steps[0].integer == ""

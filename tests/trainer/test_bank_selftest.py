@@ -8,7 +8,7 @@ import pytest
 
 from questions import problems
 from questions.bank import _problem_dict, read_bank
-from trainer.grading.arithmetic import Chain, depends_on, grade_step
+from trainer.grading.arithmetic import Chain, depends_on, grade_step, misconception_text
 
 SEEDS = range(50)
 BANK = read_bank()
@@ -36,7 +36,8 @@ def test_reference_answers_score_full_and_misconceptions_are_named(slug):
                     f"{slug} seed {seed} step {step.name}: misconception {index} ({m.feedback!r}) "
                     f"graded {result.verdict}: {result.feedback}"
                 )
-                assert result.feedback == m.feedback and result.credit < 1
+                assert result.feedback == misconception_text(m, scope) and result.credit < 1
+                assert "{" not in result.feedback, (slug, step.name, result.feedback)
             result = grade_step(chain, step.name, reference[step.name])
             assert (result.verdict, result.credit) == ("correct", 1.0), (slug, seed, step.name)
             chain.answers[step.name] = reference[step.name]
@@ -70,3 +71,30 @@ def test_a_wrong_early_step_with_consistent_later_steps_earns_follow_through(slu
                 follow_through += 1
             chain.answers[step.name] = mine[step.name]
         assert follow_through, f"{slug} seed {seed}: no step earned follow-through credit"
+
+
+WRONG_FACTORS = (1.37, 2, 0.5, 100, 0.01, 1.04, 1.024**3, 8)
+
+
+@pytest.mark.parametrize("slug", sorted(PROBLEMS))
+def test_feedback_never_shows_an_internal_key(slug):
+    """Whatever the answer, feedback names steps as the learner sees them ("step 2") and
+    fills every {placeholder}: no step, parameter or variable key reaches the learner."""
+    problem = PROBLEMS[slug]
+    for seed in range(2):
+        variant = problems.draw_variant(problem, seed)
+        keys = {s.name for s in problem.steps} | set(variant.variables)
+        keys = {k for k in keys if "_" in k}  # plain words (replicas, batch) may be prose
+        reference = problems.solve(problem, variant.variables)
+        first = problem.steps[0].name
+        for answers in ({}, {first: reference[first] * 1.37}, {first: reference[first] * 0}):
+            chain = Chain(problem, variant.variables, dict(answers))
+            for step in problem.steps[1:] if answers else problem.steps:
+                for factor in WRONG_FACTORS:
+                    result = grade_step(chain, step.name, reference[step.name] * factor)
+                    leaked = [k for k in keys if k in result.feedback]
+                    assert not leaked and "{" not in result.feedback, (
+                        slug,
+                        step.name,
+                        result.feedback,
+                    )

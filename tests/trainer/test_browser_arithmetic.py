@@ -51,5 +51,5 @@ def test_kv_cache_problem_with_follow_through(live_server, orm, page: Page):
     step2.locator("input[name=answer]").press("Enter")
     verdict = page.locator("#step-kv_gib_per_sequence .verdict")
     expect(verdict).to_contain_text("Correct given your earlier answer")
-    expect(verdict).to_contain_text("Correct given your step 1 (kv kib per token)")
+    expect(verdict).to_contain_text("Correct given your answer to step 1:")
     expect(verdict).to_contain_text("credit 100%")

@@ -182,3 +182,116 @@ def test_follow_through_and_hints_count_against_the_review_rating(client, attemp
     log = ReviewLog.objects.get(attempt=attempt)
     # Most steps earned full credit, but only by following through: not an easy recall.
     assert log.rating < Rating.Easy
+
+
+# --- input the way people type it, through the grading service (issue 18) ----------------
+
+TYPED_TOPIC = {
+    "topic": {"slug": "typed-input", "title": "Typed input", "order": 99},
+    "questions": [
+        {
+            "slug": "typed-input-fleet",
+            "kind": "arithmetic",
+            "title": "A fleet in four numbers",
+            "status": "published",
+            "prompt": "A fleet.",
+            "problem": {
+                "parameters": {
+                    "weights": {"value": 4104, "unit": "GB"},
+                    "per_gpu": {"value": 80, "unit": "GB"},
+                    "price": {"value": 4.32, "unit": "USD/hour"},
+                    "tps": {"value": 1000, "unit": "token/s"},
+                    "fast": {"value": 7},
+                    "slow": {"value": 2},
+                    "useful": {"value": 52},
+                },
+                "steps": [
+                    {
+                        "name": "gpus",
+                        "prompt": "How many GPUs hold the weights?",
+                        "expression": "weights / per_gpu",
+                        "unit": "",
+                        "integer": "ceil",
+                    },
+                    {
+                        "name": "usd_per_token",
+                        "prompt": "Price per token?",
+                        "expression": "price / tps",
+                        "unit": "USD/Mtok",
+                    },
+                    {
+                        "name": "speedup",
+                        "prompt": "How many times faster?",
+                        "expression": "fast / slow",
+                        "unit": "",
+                    },
+                    {
+                        "name": "utilisation",
+                        "prompt": "Utilisation?",
+                        "expression": "useful / 100",
+                        "unit": "percent",
+                    },
+                ],
+            },
+        }
+    ],
+}
+
+
+@pytest.fixture
+def typed_question(tmp_path):
+    import yaml
+
+    path = tmp_path / "typed-input.yaml"
+    path.write_text(yaml.safe_dump(TYPED_TOPIC, sort_keys=False), encoding="utf-8")
+    call_command("load_bank", str(path), verbosity=0)
+    return Question.objects.get(slug="typed-input-fleet")
+
+
+def submit_all(question, answers: dict[str, str]) -> tuple[Attempt, dict[str, StepAnswer]]:
+    user, _ = get_user_model().objects.get_or_create(username="typist")
+    attempt = services.attempt_start(user=user, question=question, seed=1)
+    graded = {
+        name: services.step_answer_submit(attempt=attempt, step_name=name, raw=raw)
+        for name, raw in answers.items()
+    }
+    attempt.refresh_from_db()
+    return attempt, graded
+
+
+def test_answers_typed_as_people_type_them_are_graded_right(typed_question):
+    attempt, graded = submit_all(
+        typed_question,
+        {
+            "gpus": "52 GPUs",
+            "usd_per_token": "1.2 $/1M tokens",
+            "speedup": "3.5x",
+            "utilisation": "52",
+        },
+    )
+    assert {n: (a.verdict, a.credit) for n, a in graded.items()} == dict.fromkeys(
+        graded, ("correct", 1.0)
+    )
+    assert [a.value for a in graded.values()] == pytest.approx([52, 1.2, 3.5, 52])
+    assert attempt.score == 1.0 and attempt.submitted is not None
+
+
+def test_near_misses_in_typed_answers_get_their_own_feedback(typed_question):
+    _, graded = submit_all(
+        typed_question,
+        {"gpus": "51.3 GPUs", "usd_per_token": "$1.2 per 1K tokens", "utilisation": "0.52"},
+    )
+    assert (graded["gpus"].verdict, graded["gpus"].credit) == ("slip", 0.0)
+    assert "whole number (round up), so 51.3 becomes 52" in graded["gpus"].feedback
+    assert graded["usd_per_token"].feedback.startswith("Off by a factor of 10^3")
+    assert graded["utilisation"].verdict == "slip"
+    assert "asks for a percentage" in graded["utilisation"].feedback
+
+
+def test_the_page_says_how_to_round_beside_an_integer_step(client, typed_question):
+    get_user_model().objects.create_user("ada", password="kv-heads-not-heads")
+    client.login(username="ada", password="kv-heads-not-heads")
+    page = client.get(client.get("/practice/typed-input-fleet/")["Location"]).content.decode()
+    assert "in <strong>a whole number</strong> · round up · within 1%" in page
+    assert "in <strong>a plain number</strong> · within 1%" in page  # the ratio step
+    assert "in <strong>USD/Mtok</strong>" in page
