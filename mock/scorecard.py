@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from common import lab_catalog
 from mock.models import MockInterview, MockItem
 from questions.models import Question
 
@@ -197,8 +198,6 @@ def verdict(overall: float, competencies: list[CompetencyCard]) -> str:
 
 
 def _weakest(mock: MockInterview, competencies: list[CompetencyCard]) -> list[Weak]:
-    from lab.labs import LABS
-
     ranked = sorted(
         competencies, key=lambda c: (c.auto is None, c.auto if c.auto is not None else 0)
     )[:3]
@@ -217,8 +216,9 @@ def _weakest(mock: MockInterview, competencies: list[CompetencyCard]) -> list[We
         labs: list[dict] = []
         for q in [*[q for q in pool if q.pk in in_loop], *fresh]:
             for slug in q.related_labs or []:
-                if slug in LABS and all(lab["slug"] != slug for lab in labs):
-                    labs.append({"slug": slug, "title": LABS[slug].title})
+                title = lab_catalog.title(slug)
+                if title is not None and all(lab["slug"] != slug for lab in labs):
+                    labs.append({"slug": slug, "title": title})
         out.append(Weak(c.name, c.auto, fresh[:3], labs[:3]))
     return out
 
