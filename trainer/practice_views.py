@@ -17,6 +17,7 @@ from questions.models import Question
 from questions.problems import render_text, solve
 from trainer import ratelimits, scenario_views, services
 from trainer.grading.arithmetic import AnswerError
+from trainer.grading.registry import grader_for
 from trainer.models import Attempt, StepAnswer
 from trainer.selectors import own_attempt
 
@@ -103,7 +104,7 @@ def attempt_page(request: HttpRequest, attempt_id: int) -> HttpResponse:
     # the admin); what the learner typed stays stored (and in export_learner_data).
     if not Question.objects.published().filter(pk=attempt.question_id).exists():
         raise Http404("This question is not published.")
-    if attempt.question.kind != Question.Kind.ARITHMETIC:
+    if not grader_for(attempt.question).stepwise:
         return scenario_views.scenario_page(request, attempt)
     return render(request, "trainer/arithmetic.html", _page_context(attempt))
 
