@@ -19,6 +19,7 @@ from django.utils import timezone
 from common import lab_catalog
 from mock.models import MockInterview, MockItem
 from questions.models import Question
+from trainer import api as practice
 
 SIX = ("latency", "memory", "throughput", "cost", "reliability", "safety")
 MAPPED = {"quality": "reliability"}
@@ -60,6 +61,7 @@ class ItemCard:
     auto: float | None  # 0..1 after the late discount
     raw: float | None  # 0..1 as graded
     interviewer: float | None
+    stepwise: bool = False  # graded step by step (arithmetic), not as one written answer
     rubric: list[dict] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
     follow_ups: list = field(default_factory=list)
@@ -142,7 +144,8 @@ def _item_card(item: MockItem, now) -> ItemCard:
     attempt = item.attempt
     reached = item.started is not None and attempt is not None
     raw = attempt.score if reached and attempt.score is not None else (0.0 if not reached else None)
-    if item.question.kind == Question.Kind.ARITHMETIC and reached:
+    stepwise = practice.grader_for(item.question).stepwise
+    if stepwise and reached:
         steps = (attempt.result or {}).get("steps") or max(1, attempt.step_answers.count())
         late = set(item.late_steps or [])
         auto = (
@@ -164,6 +167,7 @@ def _item_card(item: MockItem, now) -> ItemCard:
         auto=auto,
         raw=raw,
         interviewer=item.interviewer_score,
+        stepwise=stepwise,
         rubric=_rubric_rows(item),
         steps=_step_rows(item),
         follow_ups=list(item.follow_up_answers.all()),
