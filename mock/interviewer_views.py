@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 
 from mock import live, services
 from mock.models import MockInterview, MockItem
-from questions.models import Question
+from trainer import api as practice
 
 log = logging.getLogger(__name__)
 TAIL_BLOCK_MS = 2000
@@ -77,28 +77,14 @@ def snapshot(mock_id: int) -> dict:
     return {"texts": texts, "times": times, "current": current}
 
 
-def _arithmetic_view(item: MockItem) -> tuple[str, list[dict]]:
-    """An arithmetic item's prompt with the candidate's numbers, and each step's reference
-    answer for the interviewer; ("", []) for other questions or before the item starts."""
-    if item.question.kind != Question.Kind.ARITHMETIC or item.attempt is None:
+def _stepwise_view(item: MockItem) -> tuple[str, list[practice.StepView]]:
+    """An arithmetic item's prompt with the candidate's numbers, and its steps with each
+    reference answer for the interviewer; ("", []) for other questions or before the item
+    starts."""
+    if not practice.grader_for(item.question).stepwise or item.attempt is None:
         return "", []
-    from questions.expressions import format_quantity
-    from questions.markdown import render_markdown
-    from questions.problems import render_text, solve
-    from trainer import services as practice
-
     context = practice.attempt_context(item.attempt)
-    scope = dict(context.variant.variables)
-    reference = solve(context.problem, scope)
-    steps = [
-        {
-            "name": step.name,
-            "prompt_html": render_markdown(render_text(step.prompt, {**scope, **reference})),
-            "reference": format_quantity(reference[step.name], step.unit),
-        }
-        for step in context.problem.steps
-    ]
-    return render_markdown(render_text(item.question.prompt, scope)), steps
+    return practice.prompt_html(context), practice.step_views(context, reveal=True)
 
 
 @login_required
@@ -110,17 +96,18 @@ def interviewer_page(request: HttpRequest, mock_id: int) -> HttpResponse:
     state = snapshot(mock.pk)
     rows = []
     for item in items:
-        prompt_html, references = _arithmetic_view(item)
+        stepwise = practice.grader_for(item.question).stepwise
+        prompt_html, references = _stepwise_view(item)
         texts = state["texts"].get(item.order, {})
         marked = set(item.interviewer_points or [])
         rows.append(
             {
                 "item": item,
                 "question": item.question,
-                "arithmetic": item.question.kind == Question.Kind.ARITHMETIC,
+                "stepwise": stepwise,
                 "prompt_html": prompt_html or item.question.prompt_html,
                 "references": references,
-                "main": texts.get("steps" if item.question.kind == "arithmetic" else "main", ""),
+                "main": texts.get("steps" if stepwise else "main", ""),
                 "follow_ups": [
                     {"index": i, "prompt": p, "text": texts.get(f"fu-{i}", "")}
                     for i, p in enumerate(item.question.follow_ups or [])

@@ -16,8 +16,10 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from common import lab_catalog
 from mock.models import MockInterview, MockItem
 from questions.models import Question
+from trainer import api as practice
 
 SIX = ("latency", "memory", "throughput", "cost", "reliability", "safety")
 MAPPED = {"quality": "reliability"}
@@ -59,6 +61,7 @@ class ItemCard:
     auto: float | None  # 0..1 after the late discount
     raw: float | None  # 0..1 as graded
     interviewer: float | None
+    stepwise: bool = False  # graded step by step (arithmetic), not as one written answer
     rubric: list[dict] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
     follow_ups: list = field(default_factory=list)
@@ -141,7 +144,8 @@ def _item_card(item: MockItem, now) -> ItemCard:
     attempt = item.attempt
     reached = item.started is not None and attempt is not None
     raw = attempt.score if reached and attempt.score is not None else (0.0 if not reached else None)
-    if item.question.kind == Question.Kind.ARITHMETIC and reached:
+    stepwise = practice.grader_for(item.question).stepwise
+    if stepwise and reached:
         steps = (attempt.result or {}).get("steps") or max(1, attempt.step_answers.count())
         late = set(item.late_steps or [])
         auto = (
@@ -163,6 +167,7 @@ def _item_card(item: MockItem, now) -> ItemCard:
         auto=auto,
         raw=raw,
         interviewer=item.interviewer_score,
+        stepwise=stepwise,
         rubric=_rubric_rows(item),
         steps=_step_rows(item),
         follow_ups=list(item.follow_up_answers.all()),
@@ -197,8 +202,6 @@ def verdict(overall: float, competencies: list[CompetencyCard]) -> str:
 
 
 def _weakest(mock: MockInterview, competencies: list[CompetencyCard]) -> list[Weak]:
-    from lab.labs import LABS
-
     ranked = sorted(
         competencies, key=lambda c: (c.auto is None, c.auto if c.auto is not None else 0)
     )[:3]
@@ -217,8 +220,9 @@ def _weakest(mock: MockInterview, competencies: list[CompetencyCard]) -> list[We
         labs: list[dict] = []
         for q in [*[q for q in pool if q.pk in in_loop], *fresh]:
             for slug in q.related_labs or []:
-                if slug in LABS and all(lab["slug"] != slug for lab in labs):
-                    labs.append({"slug": slug, "title": LABS[slug].title})
+                title = lab_catalog.title(slug)
+                if title is not None and all(lab["slug"] != slug for lab in labs):
+                    labs.append({"slug": slug, "title": title})
         out.append(Weak(c.name, c.auto, fresh[:3], labs[:3]))
     return out
 

@@ -19,11 +19,8 @@ from django.utils import timezone
 
 from mock import live
 from mock.models import FollowUpAnswer, MockInterview, MockInvite, MockItem
-from questions.models import Loop, Question, Step, published_q
-from trainer import services as practice
-from trainer.grading.arithmetic import AnswerError
-from trainer.models import Attempt
-from trainer.reviews import review_record
+from questions.models import Loop, Step, published_q
+from trainer import api as practice
 
 # Longest step draft and interviewer notes stored (the inputs carry them as maxlength).
 STEP_DRAFT_MAX_CHARS = 200
@@ -162,7 +159,7 @@ def check_text(text: str) -> str:
 def check_steps(item: MockItem, steps: dict[str, str]) -> dict[str, str]:
     """Step texts keyed by this question's own step names, each within a step box's limit:
     an unknown name is a 400 that names it, a longer text a 413 that names the limit."""
-    if item.question.kind != Question.Kind.ARITHMETIC:
+    if not practice.grader_for(item.question).stepwise:
         raise DraftRejected("This question takes a written answer, not arithmetic steps.")
     steps_of = Step.objects.filter(problem__question=item.question)
     names = list(steps_of.values_list("name", flat=True))
@@ -210,7 +207,7 @@ def answer_submit(*, item: MockItem, text: str) -> MockItem:
     item = _open_item(item)
     now = timezone.now()
     with transaction.atomic():
-        attempt = Attempt.objects.select_for_update().get(pk=item.attempt_id)
+        attempt = practice.Attempt.objects.select_for_update().get(pk=item.attempt_id)
         if attempt.submitted is not None:
             raise MockError("This question is already answered; its first answer is kept.")
         attempt.answer = attempt.draft = text[: practice.ANSWER_MAX_CHARS]
@@ -236,7 +233,7 @@ def steps_submit(*, item: MockItem, raws: dict[str, str]) -> dict[str, str]:
             continue
         try:
             practice.step_answer_submit(attempt=item.attempt, step_name=step.name, raw=raw)
-        except AnswerError as exc:
+        except practice.AnswerError as exc:
             errors[step.name] = str(exc)
             continue
         if is_late(item, now):
@@ -323,8 +320,8 @@ def _close(item: MockItem, now: datetime) -> None:
         item.closed = now
         item.save(update_fields=["closed", "started", "deadline"])
         return
-    if item.question.kind == Question.Kind.ARITHMETIC:
-        _close_arithmetic(item, now)
+    if practice.grader_for(item.question).stepwise:
+        _close_steps(item, now)
     elif item.attempt.submitted is None:
         attempt = item.attempt
         saved = attempt.draft_saved or now
@@ -342,7 +339,7 @@ def _close(item: MockItem, now: datetime) -> None:
         transaction.on_commit(lambda: live.publish(mock_id, "item", ref))
 
 
-def _close_arithmetic(item: MockItem, now: datetime) -> None:
+def _close_steps(item: MockItem, now: datetime) -> None:
     attempt = item.attempt
     late_saved = is_late(item, item.step_drafts_saved or now)
     for name, raw in (item.step_drafts or {}).items():
@@ -350,7 +347,7 @@ def _close_arithmetic(item: MockItem, now: datetime) -> None:
             continue
         try:
             practice.step_answer_submit(attempt=attempt, step_name=name, raw=str(raw))
-        except (AnswerError, KeyError):
+        except (practice.AnswerError, KeyError):
             continue  # unreadable at time-out: the step stays unanswered (no credit)
         if late_saved:
             item.late_steps = [*item.late_steps, name]
@@ -366,7 +363,7 @@ def _close_arithmetic(item: MockItem, now: datetime) -> None:
             "hints": 0,
         }
         attempt.save(update_fields=["score", "submitted", "result"])
-        review_record(attempt=attempt)
+        practice.review_record(attempt=attempt)
     item.answered = item.answered or now
     item.late = bool(item.late_steps)
 
@@ -397,7 +394,7 @@ def mock_grade(*, mock: MockInterview) -> MockInterview:
         attempt = item.attempt
         if (
             attempt is not None
-            and item.question.kind != Question.Kind.ARITHMETIC
+            and not practice.grader_for(item.question).stepwise
             and attempt.submitted is not None
             and attempt.graded is None
         ):

@@ -18,11 +18,9 @@ from django.views.decorators.http import require_POST
 from mock import scorecard as cards
 from mock import services
 from mock.models import MockInterview, MockInvite, MockItem
-from questions.markdown import render_markdown
-from questions.models import Loop, LoopItem, Question, published_q
-from questions.problems import render_text, solve
+from questions.models import Loop, LoopItem, published_q
+from trainer import api as practice
 from trainer import ratelimits
-from trainer import services as practice
 
 
 def _own_mock(request: HttpRequest, mock_id: int) -> MockInterview:
@@ -124,30 +122,17 @@ def start(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("mock_run", mock_id=mock.pk)
 
 
-def _steps(item: MockItem) -> list[dict]:
+def _question_view(item: MockItem) -> dict:
+    """The prompt (with the candidate's numbers for arithmetic) and the steps to answer;
+    no references or hints before the scorecard."""
+    if not practice.grader_for(item.question).stepwise:
+        return {"stepwise": False, "prompt_html": item.question.prompt_html, "steps": []}
     context = practice.attempt_context(item.attempt)
-    scope = dict(context.variant.variables)
-    scope.update(solve(context.problem, scope))
-    drafts = item.step_drafts or {}
-    return [
-        {
-            "name": step.name,
-            "number": i + 1,
-            "prompt_html": render_markdown(render_text(step.prompt, scope)),
-            "unit": step.unit,
-            "answer": context.answers.get(step.name),
-            "draft": drafts.get(step.name, ""),
-        }
-        for i, step in enumerate(context.problem.steps)
-    ]
-
-
-def _prompt_html(item: MockItem) -> str:
-    question = item.question
-    if question.kind != Question.Kind.ARITHMETIC:
-        return question.prompt_html
-    context = practice.attempt_context(item.attempt)
-    return render_markdown(render_text(question.prompt, dict(context.variant.variables)))
+    return {
+        "stepwise": True,
+        "prompt_html": practice.prompt_html(context),
+        "steps": practice.step_views(context, reveal=False, drafts=item.step_drafts or {}),
+    }
 
 
 @login_required
@@ -169,8 +154,7 @@ def run_page(request: HttpRequest, mock_id: int) -> HttpResponse:
         "item": item,
         "question": item.question,
         "attempt": item.attempt,
-        "prompt_html": _prompt_html(item),
-        "steps": _steps(item) if item.question.kind == Question.Kind.ARITHMETIC else [],
+        **_question_view(item),
         "answered_follow_ups": follow_ups,
         "follow_up": services.follow_up_current(item),
         "follow_up_total": len(item.question.follow_ups or []),

@@ -10,14 +10,15 @@ exactly those rows, so what is exported is what is deleted.
 it is handled; `uncovered_references()` walks `apps.get_models()` and reports any field
 missing from it (or whose `on_delete` no longer matches), and both commands refuse to run
 until it is declared, so a new model that references users is never silently missed.
-Outside the database: sessions (the `django_session` rows that log this user in) and the
-Redis streams of their lab runs (`lab:run:<id>`) and mock interviews (`mock:<id>:live`).
+Outside the database: sessions (the `django_session` rows that log this user in), and what
+the other apps register in `common.learner_data` from their `AppConfig.ready()` — Redis keys
+to drop (a lab run's stream, a mock's live stream) and extra export sections (a mock's
+scorecards, the notes a user wrote as someone's interviewer).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from django.db import models, router, transaction
 from django.db.models.deletion import CASCADE, SET_NULL, Collector
 from django.utils import timezone
 
-log = logging.getLogger(__name__)
+from common import learner_data as contributions
 
 FORMAT_VERSION = 1
 # The row is the learner's: exported, and deleted with the account (cascade).
@@ -160,21 +161,6 @@ def session_keys(user) -> list[str]:
     return keys
 
 
-def redis_keys(user) -> list[str]:
-    from lab import streams
-    from lab.models import LabRun
-    from mock import live
-    from mock.models import MockInterview
-
-    keys = [
-        streams.key(pk) for pk in LabRun.objects.filter(owner=user).values_list("pk", flat=True)
-    ]
-    keys += [
-        live.key(pk) for pk in MockInterview.objects.filter(user=user).values_list("pk", flat=True)
-    ]
-    return keys
-
-
 def _serialise(objs: list[models.Model]) -> list[dict[str, Any]]:
     return serializers.serialize("python", objs)
 
@@ -182,71 +168,6 @@ def _serialise(objs: list[models.Model]) -> list[dict[str, Any]]:
 def _json_safe(value: Any) -> Any:
     """Serializer output → plain JSON types (datetimes and decimals as strings)."""
     return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
-
-
-def _scorecards(user) -> list[dict[str, Any]]:
-    """The scorecard of each of the learner's mocks as the site shows it (computed from the
-    rows above; included so the export reads without the site)."""
-    from mock.models import MockInterview
-    from mock.scorecard import scorecard
-
-    cards = []
-    for mock in MockInterview.objects.filter(user=user).select_related("loop").order_by("pk"):
-        try:
-            card = scorecard(mock)
-        except Exception as exc:  # one broken card must not cost the learner the export
-            log.exception("scorecard of mock %s failed", mock.pk)
-            cards.append({"mock": mock.pk, "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        cards.append(
-            {
-                "mock": mock.pk,
-                "loop": mock.loop.slug,
-                "status": mock.status,
-                "overall_auto": card.overall_auto,
-                "overall_interviewer": card.overall_interviewer,
-                "verdict": card.verdict,
-                "used_s": card.used_s,
-                "budget_s": card.budget_s,
-                "competencies": [
-                    {"name": c.name, "auto": c.auto, "interviewer": c.interviewer}
-                    for c in card.competencies
-                ],
-                "items": [
-                    {
-                        "order": c.item.order,
-                        "question": c.question.slug,
-                        "reached": c.reached,
-                        "used_s": c.used_s,
-                        "auto": c.auto,
-                        "raw": c.raw,
-                        "interviewer": c.interviewer,
-                        "interviewer_notes": c.item.interviewer_notes,
-                    }
-                    for c in card.items
-                ],
-                "weakest": [w.name for w in card.weakest],
-            }
-        )
-    return cards
-
-
-def _interviewer_notes(user) -> list[dict[str, Any]]:
-    """What this user wrote as the interviewer of someone else's mock (that mock stays
-    with its candidate; only the marks are the interviewer's words)."""
-    from mock.models import MockItem
-
-    items = MockItem.objects.filter(mock__interviewer=user).exclude(mock__user=user)
-    return [
-        {
-            "mock": item.mock_id,
-            "order": item.order,
-            "interviewer_points": item.interviewer_points,
-            "interviewer_notes": item.interviewer_notes,
-            "interviewer_score": item.interviewer_score,
-        }
-        for item in items.order_by("mock_id", "order")
-    ]
 
 
 def export(user) -> dict[str, Any]:
@@ -261,8 +182,7 @@ def export(user) -> dict[str, Any]:
         "account": account,
         "rows": rows,
         "counts": {label: len(objs) for label, objs in rows.items()},
-        "scorecards": _scorecards(user),
-        "interviewer_notes": _interviewer_notes(user),
+        **contributions.sections(user),
         "mentioned_in": detached_rows(user),
         "active_sessions": len(session_keys(user)),
     }
@@ -286,7 +206,7 @@ def delete(user) -> DeleteReport:
     then drop its Redis streams (best effort: they expire within a day anyway)."""
     ensure_covered()
     report = DeleteReport()
-    keys = redis_keys(user)
+    keys = contributions.redis_keys(user)
     with transaction.atomic():
         report.detached = {label: len(pks) for label, pks in detached_rows(user).items() if pks}
         report.sessions = Session.objects.filter(session_key__in=session_keys(user)).delete()[0]
@@ -301,7 +221,7 @@ def _delete_redis_keys(keys: list[str]) -> tuple[int, str]:
         return 0, ""
     import redis
 
-    from lab import streams
+    from lab import streams  # the project's Redis client (common.redis once it moves there)
 
     try:
         return int(streams.client().delete(*keys)), ""

@@ -2,81 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from questions.authoring import describe_unit, tolerance_text
-from questions.expressions import UREG, format_quantity, parse_unit
-from questions.markdown import render_markdown
 from questions.models import Question
-from questions.problems import render_text, solve
-from trainer import ratelimits, scenario_views, services
+from trainer import ratelimits, scenario_views, services, steps
 from trainer.grading.arithmetic import AnswerError
-from trainer.models import Attempt, StepAnswer
+from trainer.grading.registry import grader_for
+from trainer.models import Attempt
 from trainer.selectors import own_attempt
-
-
-@dataclass(frozen=True)
-class StepView:
-    number: int
-    name: str
-    prompt_html: str
-    unit: str
-    unit_label: str
-    tolerance: str
-    hints: list[str]
-    hints_left: int
-    answer: StepAnswer | None
-    reference: str
-    explanation_html: str
-    your_value: str
-
-
-def _step_views(context: services.AttemptContext) -> list[StepView]:
-    scope = dict(context.variant.variables)
-    finished = context.attempt.submitted is not None
-    reference = solve(context.problem, scope)
-    scope.update(reference)
-    views = []
-    for i, step in enumerate(context.problem.steps):
-        shown = context.attempt.hints.get(step.name, 0)
-        answer = context.answers.get(step.name)
-        views.append(
-            StepView(
-                number=i + 1,
-                name=step.name,
-                prompt_html=render_markdown(render_text(step.prompt, scope)),
-                unit=step.unit,
-                unit_label=describe_unit(step.unit, step.integer),
-                tolerance=tolerance_text(step.rtol, step.atol, step.unit, step.integer),
-                hints=[render_text(h, scope) for h in step.hints[:shown]],
-                hints_left=len(step.hints) - shown,
-                answer=answer,
-                reference=format_quantity(reference[step.name], step.unit) if finished else "",
-                explanation_html=render_markdown(render_text(step.explanation, scope))
-                if finished
-                else "",
-                your_value=format_quantity(UREG.Quantity(answer.value, parse_unit(step.unit)))
-                if answer
-                else "",
-            )
-        )
-    return views
 
 
 def _page_context(attempt: Attempt) -> dict:
     context = services.attempt_context(attempt)
-    scope = dict(context.variant.variables)
     return {
         "attempt": attempt,
         "question": attempt.question,
-        "prompt_html": render_markdown(render_text(attempt.question.prompt, scope)),
-        "steps": _step_views(context),
+        "prompt_html": steps.prompt_html(context),
+        "steps": steps.step_views(context),
         "hint_penalty": round(settings.ARITHMETIC_HINT_PENALTY * 100),
     }
 
@@ -103,7 +49,7 @@ def attempt_page(request: HttpRequest, attempt_id: int) -> HttpResponse:
     # the admin); what the learner typed stays stored (and in export_learner_data).
     if not Question.objects.published().filter(pk=attempt.question_id).exists():
         raise Http404("This question is not published.")
-    if attempt.question.kind != Question.Kind.ARITHMETIC:
+    if not grader_for(attempt.question).stepwise:
         return scenario_views.scenario_page(request, attempt)
     return render(request, "trainer/arithmetic.html", _page_context(attempt))
 

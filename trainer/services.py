@@ -13,6 +13,7 @@ from questions import problems
 from questions.models import Question
 from questions.services import problem_spec
 from trainer.grading import arithmetic
+from trainer.grading.registry import grader_for
 from trainer.models import Attempt, StepAnswer
 
 
@@ -36,8 +37,9 @@ class AttemptContext:
 
 
 def attempt_start(*, user, question: Question, seed: int | None = None) -> Attempt:
-    """A new attempt with its own variant seed (arithmetic) — same seed, same numbers."""
-    if seed is None and question.kind == Question.Kind.ARITHMETIC:
+    """A new attempt with its own variant seed (stepwise: arithmetic) — same seed, same
+    numbers."""
+    if seed is None and grader_for(question).stepwise:
         seed = secrets.randbelow(2**31)
     return Attempt.objects.create(user=user, question=question, variant_seed=seed)
 
@@ -70,19 +72,19 @@ def hint_reveal(*, attempt: Attempt, step_name: str) -> int:
 
 @transaction.atomic
 def step_answer_submit(*, attempt: Attempt, step_name: str, raw: str) -> StepAnswer:
-    """Parse and grade one step. Raises arithmetic.AnswerError for unreadable input (which
-    costs nothing); a step already graded keeps its first answer."""
+    """Parse and grade one step with the question's (stepwise) grader. Raises
+    arithmetic.AnswerError for unreadable input (which costs nothing); a step already graded
+    keeps its first answer."""
     attempt = Attempt.objects.select_for_update().get(pk=attempt.pk)
     context = attempt_context(attempt)
     step = _step(context.problem, step_name)
     if step_name in context.answers:
         return context.answers[step_name]
-    value = arithmetic.parse_answer(raw, step.unit)
     hints_used = attempt.hints.get(step_name, 0)
-    result = arithmetic.grade_step(
+    result = grader_for(attempt.question).grade_step(
         context.chain(),
         step_name,
-        value,
+        raw,
         hints_used=hints_used,
         hint_penalty=settings.ARITHMETIC_HINT_PENALTY,
     )
@@ -160,15 +162,13 @@ def attempt_submit(*, attempt: Attempt, answer: str) -> Attempt:
 
 
 def attempt_grade(*, attempt: Attempt) -> Attempt:
-    from trainer.grading import rubric
+    """Grade a submitted written answer with the question's grader (rubric) and schedule
+    its review; a grader failure is stored as a readable error instead."""
     from trainer.reviews import review_record
 
     question = attempt.question
-    points = [
-        rubric.Point(p.text, p.weight, tuple(p.concepts), p.penalty) for p in question.rubric.all()
-    ]
     try:
-        result = rubric.grade(attempt.answer, points, prompt=question.prompt)
+        result = grader_for(question).grade_answer(question, attempt.answer)
     except Exception as exc:  # the answer is already stored; say what failed, keep going
         attempt.grader_error = (
             f"The automatic grader failed ({type(exc).__name__}: {exc}). "

@@ -3,7 +3,7 @@ carry the learner's own earlier values forward (follow-through credit), and name
 mistake when an answer matches an authored misconception or a generic slip.
 
 Plain functions over `questions.problems` (no Django): the grader, the bank self-tests and
-the benchmark call exactly this.
+the benchmark call exactly this. `ArithmeticGrader` is its face in the grader registry.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from questions.expressions import (
     parse_unit,
     same_dimension,
 )
+from trainer.grading.registry import Grader
 
 HINT_PENALTY = 0.10  # credit lost per revealed hint
 MAX_ANSWER_LENGTH = 80
@@ -484,3 +485,18 @@ def score(results: list[StepResult], steps: int) -> float:
 
 def reference_text(q: Quantity, unit: str) -> str:
     return format_quantity(q, unit)
+
+
+class ArithmeticGrader(Grader):
+    """Arithmetic questions in the grader registry: read the typed answer in the step's
+    unit (AnswerError if it cannot be read), then grade it against the chain."""
+
+    name = "arithmetic"
+    stepwise = True
+
+    def grade_step(
+        self, chain: Chain, step_name: str, raw: str, *, hints_used: int, hint_penalty: float
+    ) -> StepResult:
+        step = next(s for s in chain.problem.steps if s.name == step_name)
+        value = parse_answer(raw, step.unit)
+        return grade_step(chain, step_name, value, hints_used=hints_used, hint_penalty=hint_penalty)

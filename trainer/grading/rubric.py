@@ -7,6 +7,7 @@ moderately similar *and* carries the point's concepts; that sentence is the evid
 Red-flag points subtract when hit. Sentences that are little more than a list of terms
 (keyword stuffing) count for less, and answers that restate the question or are empty
 score zero. The thresholds were tuned on tests/data/rubric_calibration.yaml.
+`RubricGrader` is its face in the grader registry (scenario and design questions).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from trainer.grading.registry import Grader
 
 # Tuned on the calibration set (see bench/rubric_calibration.py and docs/BENCHMARKS.md).
 SIM_ALONE = 0.48  # similar enough on its own
@@ -311,3 +314,19 @@ def _confidence(margins: list[float]) -> float:
     if not margins:
         return 0.0
     return round(float(np.mean([min(1.0, abs(m) / 0.15) for m in margins])), 3)
+
+
+class RubricGrader(Grader):
+    """Written answers in the grader registry: the question's rubric points, graded here."""
+
+    name = "rubric"
+
+    def grade_answer(self, question, answer: str) -> RubricResult:
+        points = [
+            Point(p.text, p.weight, tuple(p.concepts), p.penalty) for p in question.rubric.all()
+        ]
+        return grade(answer, points, prompt=question.prompt)
+
+    def warm_up(self) -> None:
+        # Load the sentence model now, so the first learner to submit does not wait ~8 s.
+        embed(["warm up"])
