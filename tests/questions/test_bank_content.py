@@ -164,3 +164,52 @@ def test_the_llama2_head_counts_are_quoted_right(bank):
     text = "\n".join(t for q in bank.questions for t in _question_texts(q) if "Llama-2-7B" in t)
     assert "all 64 heads (as Llama-2-7B and 13B do" not in text
     assert "Llama-2-7B, with 32 heads" in text and "Llama-2-13B, with 40 heads" in text
+
+
+_PARAMS_RE = re.compile(r"\b(\w+?_(?:active_)?params)\b")
+
+
+def test_every_step_that_uses_a_parameter_count_states_it(bank):
+    """Names round ("70B" is 70.55B, "37B activated" is 37.55B from the shapes): a step whose
+    reference uses a count must show that count, in its own prompt, an earlier step's or the
+    question's, so the obvious answer passes the tolerance."""
+    missing = []
+    for q in bank.questions:
+        if q.problem is None:
+            continue
+        shown = q.prompt
+        for step in q.problem.steps:
+            shown += step.prompt
+            for name in set(_PARAMS_RE.findall(str(step.expression))):
+                if "{" + name + "}" not in shown:
+                    missing.append(f"{q.slug} > {step.name}: {{{name}}} is not stated")
+    assert missing == []
+
+
+def test_the_deepseek_active_parameter_step_accepts_the_count_it_states(bank):
+    from questions import problems
+    from questions.bank import _problem_dict
+    from trainer.grading.arithmetic import Chain, grade_step
+
+    question = next(q for q in bank.questions if q.slug == "global-moe-mla-session-transfer")
+    spec = problems.from_dict(_problem_dict(question.problem))
+    variant = problems.draw_variant(spec, 0)
+    step = next(s for s in spec.steps if s.name == "matmul_s")
+    text = problems.render_text(step.prompt, variant.variables)
+    stated = re.search(r"Use \*\*([\d,]+) active", " ".join(text.split()))
+    assert stated, text
+    active = int(stated.group(1).replace(",", ""))
+    assert abs(active - 37.55e9) < 0.01e9  # the config count, not the 37B headline
+    scope = dict(variant.variables)
+    tokens = scope["session_tokens"].to("token").magnitude
+    rate = (scope["n_gpus"] * scope["gpu_fp8_tflops"] * scope["mfu"]).to("FLOP/s").magnitude
+    learner_s = 2 * active * tokens / rate  # what a learner computes from the prompt
+    reference = problems.solve(spec, scope)
+    chain = Chain(problem=spec, variables=scope)
+    for earlier in spec.steps[: spec.steps.index(step)]:
+        chain.answers[earlier.name] = reference[earlier.name]
+    result = grade_step(chain, "matmul_s", problems.UREG.Quantity(learner_s, "s"))
+    assert result.verdict == "correct", result.feedback
+    # ...whereas the 37B headline is 1.5% off, outside the default 1% tolerance.
+    headline = grade_step(chain, "matmul_s", problems.UREG.Quantity(2 * 37e9 * tokens / rate, "s"))
+    assert headline.verdict != "correct"
