@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pydantic
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -13,6 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from questions import authoring, problems
+from questions import bank as bank_files
 from questions.markdown import render_markdown
 from questions.models import (
     Loop,
@@ -58,8 +60,34 @@ class TopicAdmin(admin.ModelAdmin):
     actions = [export_topics_yaml]
 
 
+class QuestionForm(forms.ModelForm):
+    """Sources typed in the admin get the bank file's checks (a linked `url` is a web address)."""
+
+    class Meta:
+        model = Question
+        fields = "__all__"  # noqa: DJ007 - the admin's own field list decides what shows
+
+    def clean_sources(self) -> list:
+        sources = self.cleaned_data.get("sources") or []
+        try:
+            checked = bank_files.SOURCES.validate_python(sources)
+        except pydantic.ValidationError as exc:
+            raise ValidationError(
+                [
+                    f"sources{_loc(e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
+                    for e in exc.errors()
+                ]
+            ) from None
+        return [s.model_dump(mode="json", exclude_defaults=True) for s in checked]
+
+
+def _loc(loc: tuple) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f" > {p}" for p in loc)
+
+
 @admin.register(Question)
 class QuestionAdmin(admin.ModelAdmin):
+    form = QuestionForm
     list_display = ("title", "slug", "topic", "kind", "difficulty", "status")
     list_filter = ("status", "kind", "difficulty", "topic")
     search_fields = ("title", "slug", "prompt")

@@ -7,6 +7,7 @@ Every error names the file, the path to the field and what is wrong, e.g.
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,7 +15,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from questions import catalog, problems
 from questions.expressions import (
@@ -103,6 +112,58 @@ class RubricPointIn(_Strict):
     penalty: bool = False
 
 
+class SourceIn(_Strict):
+    """Where a prose claim comes from: the reference, the sentence relied on, when checked."""
+
+    ref: str = Field(max_length=300)
+    url: str = Field(default="", max_length=500)
+    quote: str = Field(max_length=2000)
+    checked: dt.date
+
+    @field_validator("ref", "quote")
+    @classmethod
+    def _not_blank(cls, value: str, info) -> str:
+        if not value.strip():
+            what = {
+                "ref": "name the source (paper and section, docs page, release notes)",
+                "quote": "give the sentence relied on (or a close paraphrase marked as such)",
+            }[info.field_name]
+            raise ValueError(f"is empty: {what}")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _web_address(cls, value: str) -> str:
+        if value and not value.startswith(("https://", "http://")):
+            raise ValueError(f"{value!r} is not a web address; start it with https://")
+        return value
+
+    @field_validator("checked", mode="before")
+    @classmethod
+    def _iso_date(cls, value: Any) -> Any:
+        if isinstance(value, dt.datetime):
+            value = value.date()
+        if isinstance(value, dt.date):
+            return value
+        try:
+            return dt.date.fromisoformat(str(value))
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not a date; write the day you checked the source as "
+                "YYYY-MM-DD, e.g. 2026-12-03"
+            ) from None
+
+    @field_validator("checked")
+    @classmethod
+    def _not_in_future(cls, value: dt.date) -> dt.date:
+        if value > dt.date.today() + dt.timedelta(days=1):  # a day's slack for time zones
+            raise ValueError(f"{value} is in the future; give the day you checked the source")
+        return value
+
+
+SOURCES = TypeAdapter(list[SourceIn])  # the admin checks typed-in sources with this
+
+
 class QuestionIn(_Strict):
     slug: str = Field(pattern=r"^[a-z0-9]+(?:[-.][a-z0-9]+)*$", max_length=120)
     kind: Literal["scenario", "arithmetic", "design"]
@@ -115,6 +176,7 @@ class QuestionIn(_Strict):
     follow_ups: list[str] = []
     related_labs: list[str] = []
     rubric: list[RubricPointIn] = []
+    sources: list[SourceIn] = []
     problem: ProblemIn | None = None
 
     @model_validator(mode="after")

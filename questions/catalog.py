@@ -125,6 +125,7 @@ class DtypeSpec:
     slug: str
     name: str
     bytes: float
+    source: str
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,11 @@ class Question(models.Model):
     model_answer_html = models.TextField(blank=True, editable=False)
     follow_ups = models.JSONField(default=list, blank=True)
     related_labs = models.JSONField(default=list, blank=True)
+    sources = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Where the prose comes from: [{"ref", "url" (optional), "quote", "checked"}].',
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
     order = models.PositiveIntegerField(default=0)
     updated = models.DateTimeField(auto_now=True)

@@ -51,6 +51,7 @@ def question_dict(question: Question) -> dict[str, Any]:
         {"text": p.text, "weight": p.weight, "concepts": p.concepts, "penalty": p.penalty}
         for p in question.rubric.all()
     ]
+    data["sources"] = question.sources
     problem = getattr(question, "problem", None)
     if problem is not None:
         data["problem"] = {
@@ -195,6 +196,7 @@ def _question_apply(question: Question, data: dict[str, Any]) -> None:
     full = bank_files.QuestionIn.model_validate(data)
     for name in QUESTION_FIELDS:
         setattr(question, name, getattr(full, name))
+    question.sources = [s.model_dump(mode="json", exclude_defaults=True) for s in full.sources]
     question.save()
     _sync_ordered(
         list(question.rubric.all()),

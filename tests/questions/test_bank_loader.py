@@ -4,6 +4,7 @@ any file is wrong; upserts are idempotent and never delete learners' attempts.""
 from __future__ import annotations
 
 import pytest
+import yaml
 from bankfiles import topic_data, write_topic
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
@@ -245,3 +246,75 @@ def test_integer_round_trips_through_the_database(tmp_path):
     assert Step.objects.get(name="kv_per_seq").integer == ""
     exported = question_dict(Question.objects.get(slug="kv-70b"))["problem"]["steps"]
     assert exported[2]["integer"] == "ceil" and "integer" not in exported[1]
+
+
+SOURCE = {
+    "ref": "vLLM paper (Kwon et al., SOSP 2023), §7.1",
+    "url": "https://arxiv.org/abs/2309.06180",
+    "quote": "the attention kernel has 20-26% higher latency (paraphrase)",
+    "checked": "2026-12-01",
+}
+
+
+def with_source(**changes):
+    data = topic_data()
+    source = {**SOURCE, **changes}
+    data["questions"][0]["sources"] = [{k: v for k, v in source.items() if v is not None}]
+    return data
+
+
+def test_a_source_without_a_url_is_valid(tmp_path):
+    assert errors_for(tmp_path, with_source(url=None)) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"quote": None}, "sources[0] > quote: Field required"),
+        ({"quote": "  "}, "sources[0] > quote: is empty: give the sentence relied on"),
+        ({"ref": ""}, "sources[0] > ref: is empty: name the source"),
+        ({"url": "arxiv.org/abs/1"}, "sources[0] > url: 'arxiv.org/abs/1' is not a web address"),
+        ({"checked": "3 Dec 2026"}, "sources[0] > checked: '3 Dec 2026' is not a date"),
+        ({"checked": "2999-01-01"}, "sources[0] > checked: 2999-01-01 is in the future"),
+        ({"ref": "x" * 301}, "sources[0] > ref: String should have at most 300 characters"),
+    ],
+)
+def test_a_bad_source_is_named_with_its_field(tmp_path, changes, expected):
+    message = only_error(tmp_path, with_source(**changes))
+    assert message.startswith("kv-cache-arithmetic.yaml: questions[0] (kv-why) > sources[0] > ")
+    assert expected in message
+
+
+def test_a_yaml_date_is_accepted_as_checked(tmp_path):
+    path = tmp_path / "kv-cache-arithmetic.yaml"
+    text = write_topic(tmp_path, with_source()).read_text(encoding="utf-8")
+    path.write_text(text.replace("'2026-12-01'", "2026-12-01"), encoding="utf-8")
+    bank = read_bank([path])
+    assert bank.errors == []
+    assert str(bank.questions[0].sources[0].checked) == "2026-12-01"
+
+
+@pytest.mark.django_db
+def test_sources_load_export_and_load_back_unchanged(tmp_path, capsys):
+    data = with_source()
+    data["questions"][0]["sources"].append({**SOURCE, "url": None, "ref": "FlashAttention-3"})
+    del data["questions"][0]["sources"][1]["url"]
+    call_command("load_bank", str(write_topic(tmp_path, data)))
+    stored = Question.objects.get(slug="kv-why").sources
+    assert stored == [
+        SOURCE,
+        {k: v for k, v in SOURCE.items() if k != "url"} | {"ref": "FlashAttention-3"},
+    ]
+    assert Question.objects.get(slug="kv-70b").sources == []
+    out = tmp_path / "out"
+    call_command("export_bank", out=out)
+    exported = yaml.safe_load((out / "kv-cache-arithmetic.yaml").read_text(encoding="utf-8"))
+    assert exported["questions"][0]["sources"][0] == SOURCE
+    assert "sources" not in exported["questions"][1]  # an empty list is left out
+    capsys.readouterr()
+    call_command("load_bank", str(out / "kv-cache-arithmetic.yaml"))
+    assert "questions: 0 created, 0 updated, 2 unchanged" in capsys.readouterr().out
+    data["questions"][0]["sources"][0]["quote"] = "a corrected quote"
+    call_command("load_bank", str(write_topic(tmp_path, data)))
+    assert "questions: 0 created, 1 updated, 1 unchanged" in capsys.readouterr().out
+    assert Question.objects.get(slug="kv-why").sources[0]["quote"] == "a corrected quote"

@@ -387,3 +387,9 @@ def test_variables_rejects_unknown_entries() -> None:
         variables("models", "gpt-5", "model")
     with pytest.raises(CatalogError, match="Unknown catalog kind"):
         variables("model", "llama-3-70b", "model")
+
+
+def test_every_catalog_entry_names_its_source():
+    for section in (CATALOG.models, CATALOG.gpus, CATALOG.dtypes):
+        for slug, spec in section.items():
+            assert spec.source.strip(), f"{slug} has an empty source"
