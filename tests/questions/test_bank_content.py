@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 
 from questions.bank import BANK_DIR, read_bank
+from questions.catalog import load_catalog
 from questions.models import Question
 
 SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds" / "000_eab1a535c6d1d8d0.txt"
@@ -94,3 +96,120 @@ def test_load_export_load_is_a_fixed_point(tmp_path, capsys):
     assert len(names) == len(list(BANK_DIR.glob("*.yaml")))
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+# --- facts in prose agree with the catalog ---------------------------------------------------
+
+_COUNT_RE = re.compile(
+    r"(?<![=\w.])(\d[\d,]*)\s*(KV heads|key-value heads|query heads|attention heads|heads|"
+    r"MoE layers|layers)\b",
+    re.IGNORECASE,
+)
+
+
+def _allowed_counts(model, kind: str, sentence: str) -> set[int]:
+    kind = kind.lower()
+    if "layer" in kind:
+        counts = {model.layers} | ({model.moe.moe_layers} if model.moe else set())
+        if "stage" in sentence.lower():  # pipeline stages split the layers evenly
+            counts |= {model.layers // k for k in (2, 3, 4, 6, 8) if model.layers % k == 0}
+        return counts
+    if kind.startswith(("kv", "key")):
+        # "if it were MHA, with 64 KV heads": a hypothetical MHA caches every query head
+        return {model.kv_heads} | ({model.heads} if "MHA" in sentence else set())
+    if kind.startswith(("query", "attention")):
+        return {model.heads}
+    return {model.heads, model.kv_heads}
+
+
+def _question_texts(question):
+    yield question.prompt
+    yield question.model_answer
+    yield from question.follow_ups
+    yield from (p.text for p in question.rubric)
+    for step in question.problem.steps if question.problem else ():
+        yield step.prompt
+        yield step.explanation
+        yield from step.hints
+        yield from (m.feedback for m in step.misconceptions)
+
+
+def test_head_and_layer_counts_in_prose_match_the_catalog(bank):
+    """A sentence quoting "N heads"/"N layers" refers to the models it names (or, if it names
+    none, the question's models); N must be one of their catalog counts."""
+    models = {m.name.lower(): m for m in load_catalog().models.values()}
+    name_re = re.compile(
+        "|".join(re.escape(n) for n in sorted(models, key=len, reverse=True)), re.I
+    )
+    wrong = []
+    for q in bank.questions:
+        own = {models[m.group(0).lower()] for m in name_re.finditer(q.prompt)}
+        if q.problem:
+            for param in q.problem.parameters.values():
+                if param.catalog == "models":
+                    own |= {load_catalog().models[c] for c in param.choices}
+        for text in _question_texts(q):
+            for sentence in re.split(r"(?<=[.;?!])\s+|\n", text):
+                named = {models[m.group(0).lower()] for m in name_re.finditer(sentence)} or own
+                for number, kind in _COUNT_RE.findall(sentence):
+                    n = int(number.replace(",", ""))
+                    if named and not any(n in _allowed_counts(m, kind, sentence) for m in named):
+                        wrong.append(
+                            f"{q.slug}: {n} {kind} in {' '.join(sentence.split())[:120]!r}"
+                        )
+    assert wrong == []
+
+
+def test_the_llama2_head_counts_are_quoted_right(bank):
+    text = "\n".join(t for q in bank.questions for t in _question_texts(q) if "Llama-2-7B" in t)
+    assert "all 64 heads (as Llama-2-7B and 13B do" not in text
+    assert "Llama-2-7B, with 32 heads" in text and "Llama-2-13B, with 40 heads" in text
+
+
+_PARAMS_RE = re.compile(r"\b(\w+?_(?:active_)?params)\b")
+
+
+def test_every_step_that_uses_a_parameter_count_states_it(bank):
+    """Names round ("70B" is 70.55B, "37B activated" is 37.55B from the shapes): a step whose
+    reference uses a count must show that count, in its own prompt, an earlier step's or the
+    question's, so the obvious answer passes the tolerance."""
+    missing = []
+    for q in bank.questions:
+        if q.problem is None:
+            continue
+        shown = q.prompt
+        for step in q.problem.steps:
+            shown += step.prompt
+            for name in set(_PARAMS_RE.findall(str(step.expression))):
+                if "{" + name + "}" not in shown:
+                    missing.append(f"{q.slug} > {step.name}: {{{name}}} is not stated")
+    assert missing == []
+
+
+def test_the_deepseek_active_parameter_step_accepts_the_count_it_states(bank):
+    from questions import problems
+    from questions.bank import _problem_dict
+    from trainer.grading.arithmetic import Chain, grade_step
+
+    question = next(q for q in bank.questions if q.slug == "global-moe-mla-session-transfer")
+    spec = problems.from_dict(_problem_dict(question.problem))
+    variant = problems.draw_variant(spec, 0)
+    step = next(s for s in spec.steps if s.name == "matmul_s")
+    text = problems.render_text(step.prompt, variant.variables)
+    stated = re.search(r"Use \*\*([\d,]+) active", " ".join(text.split()))
+    assert stated, text
+    active = int(stated.group(1).replace(",", ""))
+    assert abs(active - 37.55e9) < 0.01e9  # the config count, not the 37B headline
+    scope = dict(variant.variables)
+    tokens = scope["session_tokens"].to("token").magnitude
+    rate = (scope["n_gpus"] * scope["gpu_fp8_tflops"] * scope["mfu"]).to("FLOP/s").magnitude
+    learner_s = 2 * active * tokens / rate  # what a learner computes from the prompt
+    reference = problems.solve(spec, scope)
+    chain = Chain(problem=spec, variables=scope)
+    for earlier in spec.steps[: spec.steps.index(step)]:
+        chain.answers[earlier.name] = reference[earlier.name]
+    result = grade_step(chain, "matmul_s", problems.UREG.Quantity(learner_s, "s"))
+    assert result.verdict == "correct", result.feedback
+    # ...whereas the 37B headline is 1.5% off, outside the default 1% tolerance.
+    headline = grade_step(chain, "matmul_s", problems.UREG.Quantity(2 * 37e9 * tokens / rate, "s"))
+    assert headline.verdict != "correct"
