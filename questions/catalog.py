@@ -116,6 +116,8 @@ class GpuSpec:
     notes: str = ""
     fp8_dense_tflops: float | None = None  # absent on GPUs without FP8 (A100)
     fp8_sparse_tflops: float | None = None
+    fp4_dense_tflops: float | None = None  # FP4 tensor-core math (Blackwell); absent before it
+    fp4_sparse_tflops: float | None = None
 
 
 @dataclass(frozen=True)
@@ -362,6 +364,8 @@ def _gpu_variables(g: GpuSpec, ureg: Any) -> dict[str, object]:
     }
     if g.fp8_dense_tflops is not None:
         out["fp8_tflops"] = q(g.fp8_dense_tflops, "TFLOPS")
+    if g.fp4_dense_tflops is not None:
+        out["fp4_tflops"] = q(g.fp4_dense_tflops, "TFLOPS")
     return out
 
 

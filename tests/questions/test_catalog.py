@@ -207,6 +207,16 @@ def test_nvidia_dense_is_half_of_sparse(slug: str) -> None:
     assert gpu.int8_dense_tops == pytest.approx(gpu.fp8_dense_tflops)
 
 
+def test_fp4_only_on_blackwell_and_dense_is_half_of_sparse() -> None:
+    with_fp4 = {slug for slug, gpu in CATALOG.gpus.items() if gpu.fp4_dense_tflops is not None}
+    assert with_fp4 == {"b200"}
+    b200 = CATALOG.gpus["b200"]
+    assert (b200.fp4_dense_tflops, b200.fp4_sparse_tflops) == (9000, 18000)
+    assert b200.fp4_dense_tflops == 2 * b200.fp8_dense_tflops  # "18 PF FP4" is sparse
+    assert "fp4_tflops" not in variables("gpus", "h200", "gpu")
+    assert variables("gpus", "b200", "gpu")["gpu_fp4_tflops"].to("TFLOPS").magnitude == 9000
+
+
 def test_a100_has_no_fp8_and_others_do() -> None:
     for slug, gpu in CATALOG.gpus.items():
         has_fp8 = not slug.startswith("a100")
