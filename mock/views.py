@@ -15,13 +15,13 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
+from common import ratelimits
 from mock import scorecard as cards
 from mock import services
 from mock.models import MockInterview, MockInvite, MockItem
 from questions.markdown import render_markdown
 from questions.models import Loop, LoopItem, Question, published_q
 from questions.problems import render_text, solve
-from trainer import ratelimits
 from trainer import services as practice
 
 

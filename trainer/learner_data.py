@@ -161,14 +161,13 @@ def session_keys(user) -> list[str]:
 
 
 def redis_keys(user) -> list[str]:
-    from lab import streams
+    from lab import broker
     from lab.models import LabRun
     from mock import live
     from mock.models import MockInterview
 
-    keys = [
-        streams.key(pk) for pk in LabRun.objects.filter(owner=user).values_list("pk", flat=True)
-    ]
+    runs = LabRun.objects.filter(owner=user).values_list("pk", flat=True)
+    keys = [broker.stream_key(pk) for pk in runs]
     keys += [
         live.key(pk) for pk in MockInterview.objects.filter(user=user).values_list("pk", flat=True)
     ]
@@ -301,9 +300,9 @@ def _delete_redis_keys(keys: list[str]) -> tuple[int, str]:
         return 0, ""
     import redis
 
-    from lab import streams
+    import common.redis
 
     try:
-        return int(streams.client().delete(*keys)), ""
+        return int(common.redis.client().delete(*keys)), ""
     except (redis.RedisError, OSError) as exc:
         return 0, f"{type(exc).__name__}: {exc}"

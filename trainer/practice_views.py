@@ -10,12 +10,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from common import ratelimits
 from questions.authoring import describe_unit, tolerance_text
 from questions.expressions import UREG, format_quantity, parse_unit
 from questions.markdown import render_markdown
 from questions.models import Question
 from questions.problems import render_text, solve
-from trainer import ratelimits, scenario_views, services
+from trainer import scenario_views, services
 from trainer.grading.arithmetic import AnswerError
 from trainer.models import Attempt, StepAnswer
 from trainer.selectors import own_attempt
