@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", type=int, default=300)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    import common.redis
     from trainer import redis_server
 
     rows = []
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         finally:
             redis_server.stop(process, sock)
-        if redis_server.ping(TCP_URL):
+        if common.redis.ping(TCP_URL):
             rows.append(
                 (f"system Redis ({TCP_URL})", measure(TCP_URL, Path(tmp) / "b", args.tasks))
             )

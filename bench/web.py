@@ -22,7 +22,7 @@ the lab through the lab form, keeps the live run page open until the run ends, a
 it again until the window closes (a run still going then is cancelled). For every point it
 drew, the page records (static/js/lab_run.js, `window.__labDrawn`) when the SSE message
 arrived and when Plotly had drawn it; the worker's write time comes with the point (the
-Redis stream entry's `t`, lab/streams.py). Same machine, same wall clock: the bench reports
+Redis stream entry's `t`, lab/broker.py). Same machine, same wall clock: the bench reports
 point written -> SSE received and point written -> drawn. Points replayed from the DB when
 the page opens carry no write time and are left out.
 

@@ -1,0 +1,1 @@
+"""What every app uses and nothing of ours: rate limits, the Redis client, SSE streaming."""

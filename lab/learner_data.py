@@ -3,11 +3,12 @@ the Redis stream of each of the learner's runs, dropped with the account."""
 
 from __future__ import annotations
 
-from lab import streams
+from lab import broker
 from lab.models import LabRun
 
 
 def redis_keys(user) -> list[str]:
     return [
-        streams.key(pk) for pk in LabRun.objects.filter(owner=user).values_list("pk", flat=True)
+        broker.stream_key(pk)
+        for pk in LabRun.objects.filter(owner=user).values_list("pk", flat=True)
     ]

@@ -1,40 +1,32 @@
-"""Lab runs: start (validate, limit, route, enqueue), execute (in a worker: measure, save,
-stream), cancel, and reap runs whose worker died. Views and tasks call only these."""
+"""Lab runs, what the views call: start (validate, limit, route, enqueue), who may view or
+cancel, cancel, reap runs whose worker died, the prediction and the payloads the page and
+the stream share. The worker's side (execute, fail a lost run, requeue lost messages) is
+lab/runner.py; Redis streams and Celery queues are lab/broker.py."""
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import threading
-import time
 import uuid
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import redis
-from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from lab import streams
-from lab.conditions import Meter
+from lab import broker
 from lab.conditions import describe as describe_conditions
 from lab.labs import get_lab
-from lab.labs.base import LabCancelled, RunContext
 from lab.models import LabPoint, LabRun
 
 log = logging.getLogger(__name__)
 
 ACTIVE = (LabRun.Status.QUEUED, LabRun.Status.RUNNING)
 TERMINAL = (LabRun.Status.DONE, LabRun.Status.FAILED, LabRun.Status.CANCELLED)
-CANCEL_POLL_S = 0.25  # a cancel request is noticed within this long after the next point
-HEARTBEAT_S = 2.0
 # A run whose worker died is failed, not run again (docs/OPERATIONS.md, "Long jobs").
 NOT_RERUN = "It is not re-run automatically: start it again from the lab's page."
 
@@ -80,21 +72,6 @@ def status_payload(run: LabRun) -> dict[str, Any]:
     }
 
 
-def _clear_stream(run_id: int) -> None:
-    """Drop any stream left under this run's key (a database reset reuses run ids)."""
-    try:
-        streams.client().delete(streams.key(run_id))
-    except redis.RedisError as exc:
-        log.warning("lab run %s: could not clear its stream: %s", run_id, exc)
-
-
-def _publish(run_id: int, kind: str, data: dict[str, Any]) -> None:
-    try:
-        streams.publish(run_id, kind, data)
-    except redis.RedisError as exc:  # the DB has it; live viewers fall back to polling it
-        log.warning("lab run %s: could not stream a %s entry: %s", run_id, kind, exc)
-
-
 def predicted_points(run: LabRun) -> list[dict[str, Any]]:
     """The lab's prediction for this run's params (drawn before any measurement)."""
     lab = get_lab(run.lab)
@@ -117,7 +94,7 @@ def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) ->
     params = lab.clean(raw_params)
     queue = "lab-gpu" if (lab.needs_gpu or gpu) else "lab-cpu"
     _check_broker()  # first: with Redis down no worker answers, but that is not the reason
-    if queue == "lab-gpu" and not any("lab-gpu" in w["queues"] for w in workers_online()):
+    if queue == "lab-gpu" and not any("lab-gpu" in w["queues"] for w in broker.workers_online()):
         raise RunRefused(
             "No worker serves the lab-gpu queue right now, so a GPU run would only wait. "
             + (
@@ -146,18 +123,13 @@ def start_run(user, slug: str, raw_params: dict[str, Any], gpu: bool = False) ->
         # (deleted) and the caller gets QueueUnavailable, so no `queued` run waits for a
         # message that does not exist.
         transaction.on_commit(lambda: _enqueue_or_withdraw(run, lab.time_limit_s))
-    _clear_stream(run.pk)
+    broker.clear_stream(run.pk)
     return run
-
-
-BROKER_PING_TIMEOUT_S = 2.0
 
 
 def _check_broker() -> None:
     """Refuse at once when Redis does not answer: sending the message would fail anyway."""
-    from trainer import redis_server
-
-    if not redis_server.ping(settings.REDIS_URL, timeout_s=BROKER_PING_TIMEOUT_S):
+    if not broker.reachable():
         log.warning("lab run refused: Redis does not answer PING")
         raise QueueUnavailable(QUEUE_UNAVAILABLE)
 
@@ -175,7 +147,9 @@ def _enqueue_or_withdraw(run: LabRun, time_limit_s: int) -> None:
 
     def send() -> None:
         try:
-            _enqueue(run, time_limit_s)
+            broker.enqueue(
+                run_id=run.pk, task_id=run.task_id, queue=run.queue, time_limit_s=time_limit_s
+            )
         except BaseException as exc:  # handed to the request thread below
             sent.set_exception(exc)
         else:
@@ -196,147 +170,6 @@ def _enqueue_or_withdraw(run: LabRun, time_limit_s: int) -> None:
         log.warning("lab run %s: the broker refused it (%r); run withdrawn", run.pk, exc)
         LabRun.objects.filter(pk=run.pk, status=LabRun.Status.QUEUED).delete()
         raise QueueUnavailable(QUEUE_UNAVAILABLE) from exc
-
-
-def _enqueue(run: LabRun, time_limit_s: int) -> None:
-    from lab import tasks
-
-    task = tasks.run_lab_gpu if run.queue == "lab-gpu" else tasks.run_lab_cpu
-    # One attempt (no publish retries): a refusal withdraws the run and the learner tries
-    # again; each wait on the socket ends after settings.BROKER_SOCKET_TIMEOUT_S.
-    task.apply_async(
-        args=[run.pk],
-        task_id=run.task_id,
-        queue=run.queue,
-        soft_time_limit=time_limit_s,
-        time_limit=time_limit_s + 30,
-        retry=False,
-    )
-
-
-# ---------------------------------------------------------------- execute (worker side)
-
-
-@dataclass
-class _Liveness:
-    """Heartbeats and cancel checks, each throttled: one cheap UPDATE/SELECT at most."""
-
-    run_id: int
-    last_beat: float = 0.0
-    last_poll: float = 0.0
-    cancelled: bool = False
-
-    def beat(self) -> None:
-        now = time.monotonic()
-        if now - self.last_beat >= HEARTBEAT_S:
-            LabRun.objects.filter(pk=self.run_id).update(heartbeat=timezone.now())
-            self.last_beat = now
-
-    def is_cancelled(self) -> bool:
-        now = time.monotonic()
-        if not self.cancelled and now - self.last_poll >= CANCEL_POLL_S:
-            self.last_poll = now
-            row = LabRun.objects.filter(pk=self.run_id).values("status", "cancel_requested")
-            row = row.first()
-            self.cancelled = (
-                row is None
-                or row["cancel_requested"]
-                or (
-                    row["status"] != LabRun.Status.RUNNING  # reaped or cancelled meanwhile
-                )
-            )
-        return self.cancelled
-
-
-def _device_for(queue: str) -> str:
-    import torch
-
-    if queue == "lab-gpu":
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                "This run was routed to lab-gpu but the worker that took it has no CUDA "
-                "device; check which nodes consume lab-gpu (docs/OPERATIONS.md)."
-            )
-        return "cuda"
-    return "cpu"
-
-
-def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
-    """Run a queued lab run to the end in this worker; returns its final status.
-
-    A message whose task id is not the run's (a stale redelivery, or a leftover from a
-    database whose ids were reused) is ignored."""
-    from lab.labs.common import device_name
-
-    with transaction.atomic():
-        run = LabRun.objects.select_for_update().filter(pk=run_id).first()
-        if run is None or (task_id and run.task_id and task_id != run.task_id):
-            return "stale"
-        if run.status != LabRun.Status.QUEUED:
-            return run.status  # cancelled while queued, or redelivered after it started
-        meter = Meter.start()
-        run.status, run.worker = LabRun.Status.RUNNING, hostname
-        run.started = run.heartbeat = timezone.now()
-        run.conditions = meter.start_record()
-        run.save(update_fields=["status", "worker", "started", "heartbeat", "conditions"])
-    _clear_stream(run_id)
-    liveness = _Liveness(run_id, last_beat=time.monotonic())
-    ctx = RunContext(
-        params=dict(run.params), is_cancelled=liveness.is_cancelled, beat=liveness.beat
-    )
-    seq, status, error = 0, LabRun.Status.DONE, ""
-    started = time.perf_counter()
-    try:
-        ctx.device = _device_for(run.queue)
-        run.device = device_name(ctx.device)
-        LabRun.objects.filter(pk=run_id).update(device=run.device)
-        _publish(run_id, "status", status_payload(run))
-        for point in get_lab(run.lab).run(ctx):
-            if not (math.isfinite(point.x) and math.isfinite(point.y)):
-                raise ValueError(f"the lab produced a non-finite point {point!r}")
-            saved = LabPoint.objects.create(
-                run_id=run_id,
-                seq=seq,
-                series=point.series,
-                x=float(point.x),
-                y=float(point.y),
-                extra=point.extra,
-            )
-            _publish(run_id, "point", point_payload(saved))
-            seq += 1
-            liveness.beat()
-            if liveness.is_cancelled():
-                raise LabCancelled
-    except LabCancelled:
-        status = LabRun.Status.CANCELLED
-    except SoftTimeLimitExceeded:
-        status = LabRun.Status.FAILED
-        limit = get_lab(run.lab).time_limit_s
-        error = f"Stopped at this lab's time limit ({limit} s); the {seq} points so far are kept."
-    except Exception as exc:  # a lab bug or bad environment: record it readably, keep points
-        log.exception("lab run %s failed", run_id)
-        status, error = LabRun.Status.FAILED, f"{type(exc).__name__}: {exc}"
-    summary = {**ctx.summary, "points": seq, "wall_s": round(time.perf_counter() - started, 3)}
-    return _finish(run_id, status, error, summary, meter.end_record())
-
-
-def _finish(
-    run_id: int,
-    status: str,
-    error: str,
-    summary: dict[str, Any],
-    conditions: dict[str, Any] | None = None,
-) -> str:
-    """Record the end unless someone else already ended the run (reaper, cancel)."""
-    now = timezone.now()
-    fields: dict[str, Any] = {"conditions": conditions} if conditions is not None else {}
-    updated = LabRun.objects.filter(pk=run_id, status=LabRun.Status.RUNNING).update(
-        status=status, error=error, summary=summary, finished=now, heartbeat=now, **fields
-    )
-    run = LabRun.objects.get(pk=run_id)
-    if updated:
-        _publish(run_id, "status", status_payload(run))
-    return run.status
 
 
 # ---------------------------------------------------------------- cancel and reap
@@ -361,14 +194,12 @@ def cancel_run(run: LabRun) -> LabRun:
         if LabRun.objects.filter(pk=run.pk, status=LabRun.Status.QUEUED).update(
             status=LabRun.Status.CANCELLED, cancel_requested=True, finished=now
         ):
-            from trainer.celery import app
-
             try:  # a courtesy: execute_run skips a cancelled run even if this is lost
-                app.control.revoke(run.task_id)
+                broker.revoke(run.task_id)
             except Exception as exc:
                 log.warning("run %s: revoke failed (%s); the worker will skip it", run.pk, exc)
             run.refresh_from_db()
-            _publish(run.pk, "status", status_payload(run))
+            broker.publish(run.pk, "status", status_payload(run))
             return run
     if run.status == LabRun.Status.RUNNING:
         LabRun.objects.filter(pk=run.pk).update(cancel_requested=True)
@@ -393,123 +224,6 @@ def reap_stale_runs() -> int:
             status=LabRun.Status.FAILED, error=error, finished=timezone.now()
         ):
             run.refresh_from_db()
-            _publish(run.pk, "status", status_payload(run))
+            broker.publish(run.pk, "status", status_payload(run))
             reaped += 1
     return reaped
-
-
-def fail_lost_run(run_id: int, task_id: str | None, reason: str) -> bool:
-    """The pool process executing this run is gone (killed by the OOM killer or a signal,
-    crashed, or stopped at the hard time limit) while its worker lives on: fail the run now
-    (`reason`: what happened, in a sentence), with its points kept, instead of leaving it to
-    the stale-heartbeat reaper. Called in the worker's main process (lab.tasks, on
-    task_failure). Only the message that owns the run (same task id) can fail it, and only
-    while it is queued or running."""
-    run = LabRun.objects.filter(pk=run_id, status__in=ACTIVE).first()
-    if run is None or (task_id and run.task_id and task_id != run.task_id):
-        return False
-    error = f"{reason} The {run.points.count()} points it recorded are kept. {NOT_RERUN}"
-    now = timezone.now()
-    if not LabRun.objects.filter(pk=run_id, status__in=ACTIVE).update(
-        status=LabRun.Status.FAILED, error=error, finished=now, heartbeat=now
-    ):
-        return False
-    run.refresh_from_db()
-    _publish(run_id, "status", status_payload(run))
-    return True
-
-
-# ---------------------------------------------------------------- lost messages
-
-REQUEUE_GRACE_S = 5.0  # a run this young may still be between its commit and its publish
-
-
-def _message_task_id(raw: bytes | str | dict) -> str | None:
-    message = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
-    headers = message.get("headers") or {}
-    return headers.get("id") or (message.get("properties") or {}).get("correlation_id")
-
-
-def task_ids_in_broker(queues: set[str]) -> set[str] | None:
-    """Task ids of every message the broker still holds for `queues`: waiting in a queue, or
-    delivered to a worker and not yet acknowledged (kombu's Redis transport keeps those in
-    its `unacked` hash until the ack). None when the broker is not Redis (unknown)."""
-    from trainer.celery import app
-
-    with app.connection_for_write() as conn:
-        channel = conn.default_channel
-        if not hasattr(channel, "unacked_key"):
-            return None
-        client = channel.client
-        ids: set[str | None] = set()
-        for queue in queues:
-            for priority in channel.priority_steps:
-                for raw in client.lrange(channel._q_for_pri(queue, priority), 0, -1):
-                    ids.add(_message_task_id(raw))
-        for raw in client.hvals(channel.unacked_key):
-            ids.add(_message_task_id(json.loads(raw)[0]))  # [message, exchange, routing key]
-    ids.discard(None)
-    return ids
-
-
-def requeue_lost_runs(grace_s: float = REQUEUE_GRACE_S) -> list[int]:
-    """Send again the queued runs whose message the broker no longer holds (Redis restarted
-    without persistence, or was flushed): the DB is the source of truth. Same task id, so a
-    message that was not lost after all only makes a duplicate that execute_run ignores
-    (the run is no longer queued when it arrives). Returns the ids of the runs sent again.
-
-    Called by the workers on every (re)connection to the broker and periodically
-    (trainer.celery.RequeueLostLabRuns)."""
-    cutoff = timezone.now() - timedelta(seconds=grace_s)
-    queued = list(
-        LabRun.objects.filter(status=LabRun.Status.QUEUED, created__lt=cutoff).exclude(
-            task_id=""  # start_run always sets one; a row made another way was never sent
-        )
-    )
-    if not queued:
-        return []
-    present = task_ids_in_broker({run.queue for run in queued})
-    if present is None:
-        return []
-    sent = []
-    for run in queued:
-        if run.task_id in present:
-            continue
-        try:
-            lab = get_lab(run.lab)
-        except KeyError:
-            continue
-        log.warning("lab run %s: its message was lost by the broker; queued again", run.pk)
-        _enqueue(run, lab.time_limit_s)
-        sent.append(run.pk)
-    return sent
-
-
-# ---------------------------------------------------------------- workers
-
-
-def workers_online(timeout: float = 1.0) -> list[dict[str, Any]]:
-    """Workers answering a broadcast now, with the queues they consume (cached 10 s)."""
-    from django.core.cache import cache
-
-    cached = cache.get("lab:workers")
-    if cached is not None:
-        return cached
-    from trainer.celery import app
-
-    try:
-        replies = app.control.inspect(timeout=timeout).active_queues() or {}
-        active = app.control.inspect(timeout=timeout).active() or {}
-    except Exception as exc:  # broker down: say so rather than crash the page
-        log.warning("could not inspect workers: %s", exc)
-        return []
-    workers = [
-        {
-            "name": name,
-            "queues": sorted(q["name"] for q in queues),
-            "active": len(active.get(name, [])),
-        }
-        for name, queues in sorted(replies.items())
-    ]
-    cache.set("lab:workers", workers, 10)
-    return workers

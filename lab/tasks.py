@@ -1,16 +1,21 @@
-"""Celery tasks for lab runs. The task only fetches the run by id and calls the service:
-everything else (status, points, streaming, cancel, errors) lives in lab/services.py."""
+"""Celery tasks for lab runs, and the lab's hooks into the worker. The task only passes the
+run's id to the runner: everything else (status, points, streaming, cancel, errors) lives in
+lab/runner.py. Registered on the worker's own app (`worker_init`): the lost-message check
+(RequeueLostLabRuns), the node name, niceness and torch threads for lab runs."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 
-from celery import shared_task
+from celery import bootsteps, shared_task
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, worker_init, worker_process_init
 
-from lab import services
+from lab import runner
+
+log = logging.getLogger(__name__)
 
 # This worker's node name (e.g. celery@gpu-3), how many runs it executes at once and whether
 # it consumes a lab queue; inherited by the pool's forks.
@@ -94,13 +99,13 @@ def _node(task) -> str:
 def run_lab_cpu(self, run_id: int) -> str:
     # Already done in a prefork pool process; a solo/threads worker runs labs in this thread.
     lower_priority(_lab_nice(), whole_process=False)
-    return services.execute_run(run_id, _node(self), task_id=self.request.id)
+    return runner.execute_run(run_id, _node(self), task_id=self.request.id)
 
 
 @shared_task(bind=True, name="lab.tasks.run_lab_gpu", acks_late=True)
 def run_lab_gpu(self, run_id: int) -> str:
     lower_priority(_lab_nice(), whole_process=False)
-    return services.execute_run(run_id, _node(self), task_id=self.request.id)
+    return runner.execute_run(run_id, _node(self), task_id=self.request.id)
 
 
 @task_failure.connect
@@ -123,6 +128,55 @@ def _fail_run_whose_process_died(sender=None, task_id=None, exception=None, args
     from django.db import close_old_connections
 
     try:
-        services.fail_lost_run(args[0], task_id, reason)
+        runner.fail_lost_run(args[0], task_id, reason)
     finally:
         close_old_connections()
+
+
+class RequeueLostLabRuns(bootsteps.StartStopStep):
+    """The DB is the source of truth for lab runs, Redis keeps nothing on disk: each time a
+    worker (re)connects to the broker, and every LAB_REQUEUE_EVERY_S while connected, queued
+    runs whose message the broker no longer holds are sent again
+    (lab.runner.requeue_lost_runs). Errors are logged, never raised into the consumer."""
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def __init__(self, parent, **kwargs):
+        self.tref = None
+        super().__init__(parent, **kwargs)
+
+    def start(self, consumer):
+        from django.conf import settings
+
+        self.requeue()
+        every = getattr(settings, "LAB_REQUEUE_EVERY_S", 60)
+        if every and consumer.timer is not None:
+            self.tref = consumer.timer.call_repeatedly(every, self.requeue)
+
+    def stop(self, consumer):
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+
+    shutdown = stop
+
+    def requeue(self):
+        from django.db import close_old_connections
+
+        try:
+            sent = runner.requeue_lost_runs()
+            if sent:
+                log.warning("lab runs queued again (their message was lost): %s", sent)
+        except Exception as exc:  # the broker or the DB is down: the next start retries
+            log.warning("could not check for lost lab-run messages: %s", exc)
+        finally:
+            close_old_connections()
+
+
+@worker_init.connect
+def _add_requeue_step(sender=None, **kwargs) -> None:
+    """Sent after the worker imported the task modules (this one included) and before it
+    builds its consumer, which then starts with this step."""
+    app = getattr(sender, "app", None)
+    if app is not None:
+        app.steps["consumer"].add(RequeueLostLabRuns)

@@ -2,36 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 
-import redis
 from asgiref.sync import sync_to_async
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.exceptions import PermissionDenied
-from django.http import (
-    Http404,
-    HttpRequest,
-    HttpResponse,
-    HttpResponseForbidden,
-    StreamingHttpResponse,
-)
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from lab import services, streams
+from common import ratelimits, sse
+from lab import broker, services
 from lab.labs import LABS, LabParamError, get_lab
 from lab.models import LabPoint, LabRun
 from questions.models import Question, Topic
-from trainer import ratelimits
-
-log = logging.getLogger(__name__)
-TAIL_BLOCK_MS = 2000  # XREAD block; the DB is re-checked (status, stale worker) this often
-KEEPALIVE_EVERY = 7  # blocks without news between keep-alive comments (~15 s)
 
 
 def _questions_by_lab() -> dict[str, list[Question]]:
@@ -153,7 +140,7 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     if not services.can_cancel(request.user, run):
         raise PermissionDenied("Only the run's owner or a lab operator can cancel it.")
     run = services.cancel_run(run)
-    if request.headers.get("HX-Request") or request.headers.get("Accept") == "application/json":
+    if request.htmx or request.headers.get("Accept") == "application/json":
         return HttpResponse(
             json.dumps(services.status_payload(run)), content_type="application/json"
         )
@@ -182,7 +169,7 @@ def queue_view(request: HttpRequest) -> HttpResponse:
         .select_related("owner")
         .order_by("created")
     )
-    workers = services.workers_online()
+    workers = broker.workers_online()
     for w in workers:
         last = LabRun.objects.filter(worker=w["name"]).exclude(device="").order_by("-started")
         w["device"] = last.values_list("device", flat=True).first() or "(no run yet)"
@@ -190,19 +177,6 @@ def queue_view(request: HttpRequest) -> HttpResponse:
 
 
 # ---------------------------------------------------------------- SSE (ASGI only)
-
-
-def _sse(event: str, data: dict, event_id: int | None = None) -> str:
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n"
-
-
-def _last_seq(request: HttpRequest) -> int:
-    raw = request.headers.get("Last-Event-ID") or request.GET.get("last_id") or "-1"
-    try:
-        return int(raw)
-    except ValueError:
-        return -1
 
 
 async def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
@@ -216,12 +190,7 @@ async def run_events(request: HttpRequest, run_id: int) -> HttpResponse:
     run = await LabRun.objects.filter(pk=run_id).afirst()
     if run is None or not await sync_to_async(services.can_view)(user, run):
         raise Http404("No such run")
-    response = StreamingHttpResponse(
-        _stream(run_id, _last_seq(request)), content_type="text/event-stream"
-    )
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+    return sse.response(_stream(run_id, sse.last_event_id(request)))
 
 
 async def _db_points(run_id: int, after: int) -> list[dict]:
@@ -230,68 +199,48 @@ async def _db_points(run_id: int, after: int) -> list[dict]:
 
 
 async def _stream(run_id: int, last: int):
-    client = streams.async_client()
-    key = streams.key(run_id)
-    try:
-        try:  # where the stream stands now: tail from here after the DB catch-up
-            newest = await client.xrevrange(key, count=1)
-            cursor: bytes | None = newest[0][0] if newest else b"0-0"
-        except redis.RedisError:
-            cursor = None  # no Redis: poll the DB instead
+    tail = sse.StreamTail(
+        broker.stream_key(run_id), label=f"run {run_id}", count=500, fallback_s=1.0
+    )
+    async with tail:
+        await tail.start()  # where the stream stands now: tail from here after the DB catch-up
         for p in await _db_points(run_id, last):
             last = p["seq"]
-            yield _sse("point", p, last)
+            yield sse.event("point", p, last)
         run = await LabRun.objects.aget(pk=run_id)
-        yield _sse("status", services.status_payload(run))
-        quiet = 0
+        yield sse.event("status", services.status_payload(run))
         while run.status not in services.TERMINAL:
-            entries = []
-            if cursor is not None:
-                try:
-                    reply = await client.xread({key: cursor}, block=TAIL_BLOCK_MS, count=500)
-                    entries = reply[0][1] if reply else []
-                except redis.RedisError as exc:
-                    log.warning("run %s: stream read failed, polling the DB: %s", run_id, exc)
-                    cursor = None
-            else:
-                await asyncio.sleep(1.0)
-            for entry_id, fields in entries:
-                cursor = entry_id
-                kind, data = streams.decode_entry(fields)
-                if kind == "point":
-                    if data["seq"] <= last:
-                        continue
-                    if data["seq"] > last + 1:  # a gap (trimmed stream): fill from the DB
-                        for p in await _db_points(run_id, last):
-                            if p["seq"] < data["seq"]:
-                                last = p["seq"]
-                                yield _sse("point", p, last)
-                    last = data["seq"]
-                    written = streams.written_ms(fields)
-                    yield _sse(
-                        "point", data if written is None else {**data, "written_ms": written}, last
-                    )
-                else:
-                    yield _sse("status", data)
+            entries = await tail.read()
+            for _, fields in entries:
+                kind, data = broker.decode_entry(fields)
+                if kind != "point":
+                    yield sse.event("status", data)
+                    continue
+                if data["seq"] <= last:
+                    continue
+                if data["seq"] > last + 1:  # a gap (trimmed stream): fill from the DB
+                    for p in await _db_points(run_id, last):
+                        if p["seq"] < data["seq"]:
+                            last = p["seq"]
+                            yield sse.event("point", p, last)
+                last = data["seq"]
+                written = broker.written_ms(fields)
+                yield sse.event(
+                    "point", data if written is None else {**data, "written_ms": written}, last
+                )
             if entries:
-                quiet = 0
                 run = await LabRun.objects.aget(pk=run_id)
                 continue
-            quiet += 1
-            if quiet % KEEPALIVE_EVERY == 0:
-                yield ": keep-alive\n\n"
+            if keepalive := tail.keepalive():
+                yield keepalive
             await sync_to_async(services.reap_stale_runs)()
             run = await LabRun.objects.aget(pk=run_id)
-            if cursor is None or run.status in services.TERMINAL:
+            if not tail.live or run.status in services.TERMINAL:
                 for p in await _db_points(run_id, last):  # anything the stream missed
                     last = p["seq"]
-                    yield _sse("point", p, last)
+                    yield sse.event("point", p, last)
         run = await LabRun.objects.aget(pk=run_id)
         for p in await _db_points(run_id, last):
             last = p["seq"]
-            yield _sse("point", p, last)
-        yield _sse("end", services.status_payload(run))
-    except asyncio.CancelledError:  # the browser went away
-        raise
-    finally:
-        await client.aclose()
+            yield sse.event("point", p, last)
+        yield sse.event("end", services.status_payload(run))

@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import math
 
-import redis
 from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
-from django.http import (
-    Http404,
-    HttpRequest,
-    HttpResponse,
-    HttpResponseForbidden,
-    StreamingHttpResponse,
-)
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from common import sse
 from mock import live, services
 from mock.models import MockInterview, MockItem
 from trainer import api as practice
 
-log = logging.getLogger(__name__)
-TAIL_BLOCK_MS = 2000
-KEEPALIVE_EVERY = 7
 RESYNC_EVERY = 5  # quiet reads between DB reads anyway (~10 s): converges without Redis
 REREAD_MARGIN_MS = 250
 
@@ -155,10 +144,6 @@ def mark(request: HttpRequest, mock_id: int, order: int) -> HttpResponse:
 # ---------------------------------------------------------------- SSE (ASGI only)
 
 
-def _sse(event: str, data: dict) -> str:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
-
-
 def _changed_events(state: dict, sent: dict[tuple[int, str], tuple[int, str]]) -> list[str]:
     """`answer` events for the boxes whose text (or save time) differs from what this
     connection last sent; `sent` is updated."""
@@ -169,7 +154,7 @@ def _changed_events(state: dict, sent: dict[tuple[int, str], tuple[int, str]]) -
             if sent.get((order, slot)) == (t, text):
                 continue
             sent[(order, slot)] = (t, text)
-            events.append(_sse("answer", {"item": order, "slot": slot, "text": text, "t": t}))
+            events.append(sse.event("answer", {"item": order, "slot": slot, "text": text, "t": t}))
     return events
 
 
@@ -183,10 +168,7 @@ async def events(request: HttpRequest, mock_id: int) -> HttpResponse:
     mock = await MockInterview.objects.filter(pk=mock_id, interviewer_id=user.pk).afirst()
     if mock is None:
         raise Http404("No such mock")
-    response = StreamingHttpResponse(_stream(mock_id), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+    return sse.response(_stream(mock_id))
 
 
 async def _stream(mock_id: int):
@@ -196,23 +178,17 @@ async def _stream(mock_id: int):
     (+ margin) after the last notice, which sees it (its commit came before its gate check,
     which failed because the gate was still up). Every RESYNC_EVERY quiet reads (~10 s) it
     is read anyway, so even saves whose notice Redis refused (full, OOM) arrive."""
-    from lab import streams
-
-    client = streams.async_client()
-    key = live.key(mock_id)
     sent: dict[tuple[int, str], tuple[int, str]] = {}
     loop = asyncio.get_running_loop()
-    try:
-        try:  # where the stream stands now: tail from here after the DB snapshot
-            newest = await client.xrevrange(key, count=1)
-            cursor: bytes | None = newest[0][0] if newest else b"0-0"
-        except redis.RedisError:
-            cursor = None
+    # Without Redis the DB is read every 2 s.
+    async with sse.StreamTail(
+        live.key(mock_id), label=f"mock {mock_id}", count=200, fallback_s=2.0
+    ) as tail:
+        await tail.start()  # where the stream stands now: tail from here after the snapshot
         state = await sync_to_async(snapshot)(mock_id)
         for event in _changed_events(state, sent):
             yield event
-        yield _sse("item", {"item": state["current"]})
-        quiet = 0
+        yield sse.event("item", {"item": state["current"]})
         # When to read the DB for saves coalesced away (also behind a notice sent just
         # before this connection's snapshot).
         reread_at: float | None = loop.time() + (live.COALESCE_MS + REREAD_MARGIN_MS) / 1000
@@ -220,41 +196,26 @@ async def _stream(mock_id: int):
             mock = await MockInterview.objects.aget(pk=mock_id)
             if mock.finished is not None:
                 break
-            entries = []
-            if cursor is not None:
-                block = TAIL_BLOCK_MS
-                if reread_at is not None:
-                    block = max(1, min(block, int((reread_at - loop.time()) * 1000)))
-                try:
-                    reply = await client.xread({key: cursor}, block=block, count=200)
-                    entries = reply[0][1] if reply else []
-                except redis.RedisError as exc:
-                    log.warning("mock %s: live read failed, polling the DB: %s", mock_id, exc)
-                    cursor = None
-            else:  # no Redis: read the DB every 2 s
-                await asyncio.sleep(2.0)
-            changed = cursor is None
-            for entry_id, fields in entries:
-                cursor = entry_id
+            block = sse.BLOCK_MS
+            if reread_at is not None:
+                block = max(1, min(block, int((reread_at - loop.time()) * 1000)))
+            entries = await tail.read(block)
+            changed = not tail.live
+            for _, fields in entries:
                 kind, data = live.decode_entry(fields)
                 if kind == "answer":  # the text is in the DB (an old entry's is ignored)
                     changed = True
                     reread_at = loop.time() + (live.COALESCE_MS + REREAD_MARGIN_MS) / 1000
                 else:
-                    yield _sse(kind, data)
+                    yield sse.event(kind, data)
             if reread_at is not None and loop.time() >= reread_at:
                 changed, reread_at = True, None
-            quiet = 0 if entries else quiet + 1
-            if quiet and quiet % RESYNC_EVERY == 0:
+            if tail.quiet and tail.quiet % RESYNC_EVERY == 0:
                 changed = True
             if changed:
                 state = await sync_to_async(snapshot)(mock_id)
                 for event in _changed_events(state, sent):
                     yield event
-            if quiet and quiet % KEEPALIVE_EVERY == 0:
-                yield ": keep-alive\n\n"
-        yield _sse("end", {})
-    except asyncio.CancelledError:  # the interviewer closed the page
-        raise
-    finally:
-        await client.aclose()
+            if keepalive := tail.keepalive():
+                yield keepalive
+        yield sse.event("end", {})

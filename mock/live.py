@@ -21,6 +21,8 @@ from typing import Any
 
 import redis
 
+import common.redis
+
 log = logging.getLogger(__name__)
 MAXLEN = 2_000
 TTL_S = 24 * 3600
@@ -35,14 +37,8 @@ def gate_key(mock_id: int, item: int, slot: str) -> str:
     return f"mock:{mock_id}:gate:{item}:{slot}"
 
 
-def _client() -> redis.Redis:
-    from lab import streams  # the project's one Redis client (settings.REDIS_URL)
-
-    return streams.client()
-
-
 def _append(mock_id: int, kind: str, data: dict[str, Any]) -> None:
-    pipe = _client().pipeline(transaction=False)
+    pipe = common.redis.client().pipeline(transaction=False)
     pipe.xadd(key(mock_id), {"kind": kind, "data": json.dumps(data)}, maxlen=MAXLEN)
     pipe.expire(key(mock_id), TTL_S)
     pipe.execute()
@@ -61,7 +57,7 @@ def publish_answer(mock_id: int, item: int, slot: str) -> bool:
     per box per COALESCE_MS. Call it after the text is committed to the DB. Returns whether
     a notice was appended (False: coalesced, or Redis refused; the DB has the text)."""
     try:
-        if not _client().set(gate_key(mock_id, item, slot), 1, nx=True, px=COALESCE_MS):
+        if not common.redis.client().set(gate_key(mock_id, item, slot), 1, nx=True, px=COALESCE_MS):
             return False  # one went out less than a second ago: the reader re-reads the DB
         _append(mock_id, "answer", {"item": item, "slot": slot})
         return True

@@ -15,12 +15,12 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
+from common import ratelimits
 from mock import scorecard as cards
 from mock import services
 from mock.models import MockInterview, MockInvite, MockItem
 from questions.models import Loop, LoopItem, published_q
 from trainer import api as practice
-from trainer import ratelimits
 
 
 def _own_mock(request: HttpRequest, mock_id: int) -> MockInterview:

@@ -122,10 +122,11 @@ def redis_url():
     """A real Redis: the one at REDIS_URL, else an embedded server on settings' socket."""
     from django.conf import settings
 
+    import common.redis
     from trainer import redis_server
 
-    if os.environ.get("REDIS_URL") or redis_server.ping(settings.REDIS_URL):
-        if not redis_server.ping(settings.REDIS_URL):
+    if os.environ.get("REDIS_URL") or common.redis.ping(settings.REDIS_URL):
+        if not common.redis.ping(settings.REDIS_URL):
             pytest.fail(f"REDIS_URL={settings.REDIS_URL} does not answer PING")
         yield settings.REDIS_URL
         return

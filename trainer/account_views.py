@@ -1,5 +1,5 @@
 """Accounts: the profile page (username, an optional email), changing the password, and
-resetting a forgotten one by email, each behind rate limits (trainer/ratelimits.py).
+resetting a forgotten one by email, each behind rate limits (common/ratelimits.py).
 
 Django's own views do the work (tokens, session hash update, the reset form that answers
 the same whether or not an address is known); the functions here put the limits in front
@@ -24,7 +24,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.debug import sensitive_post_parameters
 
-from trainer import ratelimits
+from common import ratelimits
 
 EMAIL_MAX_CHARS = User._meta.get_field("email").max_length  # 254, RFC 5321's path limit
 

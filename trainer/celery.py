@@ -2,12 +2,14 @@
 
 A GPU node joins by running `celery -A trainer worker -Q lab-gpu --pool=solo -c 1`
 (CUDA must not be initialised before a fork). See docs/OPERATIONS.md.
+
+Project wiring: it imports nothing of the apps. Their tasks are found by autodiscovery and
+declared with @shared_task; the lab adds its worker step from lab/tasks.py (worker_init).
 """
 
-import logging
 import os
 
-from celery import Celery, bootsteps
+from celery import Celery
 from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "trainer.settings")
@@ -19,50 +21,3 @@ app.conf.task_queues = tuple(
     for name in ("default", "lab-cpu", "lab-gpu")
 )
 app.autodiscover_tasks()
-
-log = logging.getLogger(__name__)
-
-
-class RequeueLostLabRuns(bootsteps.StartStopStep):
-    """The DB is the source of truth for lab runs, Redis keeps nothing on disk: each time a
-    worker (re)connects to the broker, and every LAB_REQUEUE_EVERY_S while connected, queued
-    runs whose message the broker no longer holds are sent again
-    (lab.services.requeue_lost_runs). Errors are logged, never raised into the consumer."""
-
-    requires = {"celery.worker.consumer.tasks:Tasks"}
-
-    def __init__(self, parent, **kwargs):
-        self.tref = None
-        super().__init__(parent, **kwargs)
-
-    def start(self, consumer):
-        from django.conf import settings
-
-        self.requeue()
-        every = getattr(settings, "LAB_REQUEUE_EVERY_S", 60)
-        if every and consumer.timer is not None:
-            self.tref = consumer.timer.call_repeatedly(every, self.requeue)
-
-    def stop(self, consumer):
-        if self.tref is not None:
-            self.tref.cancel()
-            self.tref = None
-
-    shutdown = stop
-
-    def requeue(self):
-        from django.db import close_old_connections
-
-        try:
-            from lab.services import requeue_lost_runs
-
-            sent = requeue_lost_runs()
-            if sent:
-                log.warning("lab runs queued again (their message was lost): %s", sent)
-        except Exception as exc:  # the broker or the DB is down: the next start retries
-            log.warning("could not check for lost lab-run messages: %s", exc)
-        finally:
-            close_old_connections()
-
-
-app.steps["consumer"].add(RequeueLostLabRuns)

@@ -34,7 +34,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import connection
 
-from trainer import redis_server
+import common.redis
 
 TOKEN_HEADER = "X-Healthz-Token"
 
@@ -115,7 +115,7 @@ REDIS_TIMEOUT_S = 1.0
 
 
 def ping_redis(url: str) -> bool:
-    return redis_server.ping(url, timeout_s=REDIS_TIMEOUT_S)
+    return common.redis.ping(url, timeout_s=REDIS_TIMEOUT_S)
 
 
 def check_redis() -> dict[str, Any]:

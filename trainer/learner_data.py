@@ -221,9 +221,9 @@ def _delete_redis_keys(keys: list[str]) -> tuple[int, str]:
         return 0, ""
     import redis
 
-    from lab import streams  # the project's Redis client (common.redis once it moves there)
+    import common.redis
 
     try:
-        return int(streams.client().delete(*keys)), ""
+        return int(common.redis.client().delete(*keys)), ""
     except (redis.RedisError, OSError) as exc:
         return 0, f"{type(exc).__name__}: {exc}"

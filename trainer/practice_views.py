@@ -8,8 +8,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from common import ratelimits
 from questions.models import Question
-from trainer import ratelimits, scenario_views, services, steps
+from trainer import scenario_views, services, steps
 from trainer.grading.arithmetic import AnswerError
 from trainer.grading.registry import grader_for
 from trainer.models import Attempt

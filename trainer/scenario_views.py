@@ -12,7 +12,8 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
-from trainer import ratelimits, services
+from common import ratelimits
+from trainer import services
 from trainer.models import Attempt, ReviewCard
 from trainer.selectors import own_attempt
 

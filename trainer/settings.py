@@ -234,7 +234,7 @@ HEALTHZ_TOKEN = os.environ.get("HEALTHZ_TOKEN", "")
 # Share of a step's credit each revealed hint costs (arithmetic practice).
 ARITHMETIC_HINT_PENALTY = float(os.environ.get("ARITHMETIC_HINT_PENALTY", "0.10"))
 
-# --- Rate limits (django-ratelimit; trainer/ratelimits.py, docs/OPERATIONS.md) -------------
+# --- Rate limits (django-ratelimit; common/ratelimits.py, docs/OPERATIONS.md) -------------
 # Counters in Redis, shared by every uvicorn worker, failing open when Redis is down (why
 # not DatabaseCache: trainer/cache.py). Each RATELIMIT_* is "count/period" (s, m, h, d;
 # e.g. 10/m, 100/h, 5/30s) or "off".

@@ -12,8 +12,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET
 
+from common import ratelimits
 from questions.models import Topic, published_q
-from trainer import health, progress, ratelimits
+from trainer import health, progress
 from trainer.reviews import due_cards
 
 

@@ -6,7 +6,7 @@ command line and execs it. One place decides the proxy-header policy:
 
 - `FORWARDED_ALLOW_IPS` empty (the default): `--no-proxy-headers`. uvicorn believes no
   X-Forwarded-For / X-Forwarded-Proto at all, so the client address (per-address rate limits,
-  trainer/ratelimits.py) is the TCP peer. Without this flag uvicorn trusts those headers from
+  common/ratelimits.py) is the TCP peer. Without this flag uvicorn trusts those headers from
   127.0.0.1 by default: any local process, or a proxy that passes the header through, could
   pick any address per request and never meet a per-address limit.
 - `FORWARDED_ALLOW_IPS=<proxy addresses>`: `--proxy-headers --forwarded-allow-ips=…`, so the

@@ -52,14 +52,14 @@ def test_export_holds_every_registered_section_in_order(stand_in):
 
 def test_delete_drops_every_registered_redis_key(stand_in, settings, redis_url):
     settings.REDIS_URL = redis_url
-    from lab import streams
+    import common.redis
 
     user = get_user_model().objects.create_user("eve", password="prefill-then-decode")
     key = f"test:stand-in:{user.pk}"
-    streams.client().set(key, 1)
+    common.redis.client().set(key, 1)
     report = learner_data.delete(user)
     assert stand_in == [("keys", "eve")]  # asked before the rows went
-    assert report.redis_keys == 1 and not streams.client().exists(key)
+    assert report.redis_keys == 1 and not common.redis.client().exists(key)
 
 
 def test_a_section_name_belongs_to_one_app():

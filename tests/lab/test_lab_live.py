@@ -12,7 +12,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from lab import services, streams
+import common.redis
+from lab import broker, services
 from lab.labs import LABS
 from lab.labs.base import Chart, Lab, Param, Point, Series
 from lab.models import LabRun
@@ -97,7 +98,8 @@ def test_a_submitted_run_is_executed_by_the_worker_and_streamed(lab_env, user, l
     streamed = [
         data
         for kind, data in (
-            streams.decode_entry(f) for _, f in streams.client().xrange(streams.key(run.pk))
+            broker.decode_entry(f)
+            for _, f in common.redis.client().xrange(broker.stream_key(run.pk))
         )
         if kind == "point"
     ]

@@ -11,7 +11,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from lab import services, streams
+import common.redis
+from lab import broker, runner, services
 from lab.labs import LABS, LabParamError
 from lab.labs.base import Chart, Lab, Param, Point, Series
 from lab.models import LabPoint, LabRun
@@ -72,7 +73,7 @@ def test_a_user_may_have_two_active_runs_then_gets_a_clear_refusal(user, redis_s
 
 def test_execute_saves_streams_and_measures_kv_bytes_exactly(user, redis_settings):
     run = services.start_run(user, "kv-cache-growth", TINY_KV)
-    status = services.execute_run(run.pk, "worker-a")
+    status = runner.execute_run(run.pk, "worker-a")
     run.refresh_from_db()
     assert status == run.status == LabRun.Status.DONE, run.error
     assert run.worker == "worker-a" and run.device.startswith("CPU")
@@ -83,7 +84,9 @@ def test_execute_saves_streams_and_measures_kv_bytes_exactly(user, redis_setting
     assert {p.x for p in measured} >= {8, 48}
     assert run.summary["points"] == len(points) and run.summary["wall_s"] > 0
     # Same points, same order, in the stream; then the final status.
-    entries = [streams.decode_entry(f) for _, f in streams.client().xrange(streams.key(run.pk))]
+    entries = [
+        broker.decode_entry(f) for _, f in common.redis.client().xrange(broker.stream_key(run.pk))
+    ]
     streamed = [d for kind, d in entries if kind == "point"]
     assert streamed == [services.point_payload(p) for p in points]
     assert entries[-1] == ("status", services.status_payload(run))
@@ -92,7 +95,7 @@ def test_execute_saves_streams_and_measures_kv_bytes_exactly(user, redis_setting
 def test_a_failing_lab_keeps_its_points_and_a_readable_error(user, redis_settings, monkeypatch):
     monkeypatch.setitem(LABS, Failing.slug, Failing())
     run = services.start_run(user, Failing.slug, {"n": 2})
-    assert services.execute_run(run.pk, "w") == LabRun.Status.FAILED
+    assert runner.execute_run(run.pk, "w") == LabRun.Status.FAILED
     run.refresh_from_db()
     assert run.error == "RuntimeError: the engine ran out of blocks at step 3"
     assert list(run.points.values_list("y", flat=True)) == [0.0, 1.0]
@@ -102,7 +105,7 @@ def test_a_failing_lab_keeps_its_points_and_a_readable_error(user, redis_setting
 def test_cancel_while_queued_means_the_worker_never_starts_it(user, redis_settings):
     run = services.start_run(user, "kv-cache-growth", TINY_KV)
     services.cancel_run(run)
-    assert services.execute_run(run.pk, "w") == LabRun.Status.CANCELLED
+    assert runner.execute_run(run.pk, "w") == LabRun.Status.CANCELLED
     run.refresh_from_db()
     assert run.started is None and not run.points.exists() and run.cancel_requested
 
@@ -125,7 +128,7 @@ def test_a_run_whose_worker_stopped_heartbeating_is_failed_with_its_points(user,
         "gpu-node-3 stopped reporting" in run.error and "1 points it recorded are kept" in run.error
     )
     # A late finish from the worker does not overwrite the verdict.
-    assert services._finish(run.pk, LabRun.Status.DONE, "", {}) == LabRun.Status.FAILED
+    assert runner._finish(run.pk, LabRun.Status.DONE, "", {}) == LabRun.Status.FAILED
 
 
 def test_a_gpu_run_is_refused_when_no_worker_serves_lab_gpu(user, redis_settings):

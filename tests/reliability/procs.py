@@ -274,7 +274,7 @@ class RedisServer:
         self.starts = 0
 
     def start(self, timeout: float = 10.0) -> RedisServer:
-        from trainer import redis_server
+        import common.redis
 
         self.starts += 1
         log = (self.log_dir / f"redis-{self.port}-{self.starts}.log").open("wb")
@@ -285,7 +285,7 @@ class RedisServer:
         )
         log.close()
         deadline = time.monotonic() + timeout
-        while not redis_server.ping(self.url, timeout_s=0.2):
+        while not common.redis.ping(self.url, timeout_s=0.2):
             if self.popen.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"redis-server on port {self.port} did not start")
             time.sleep(0.05)

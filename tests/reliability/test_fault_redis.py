@@ -338,7 +338,7 @@ def test_only_queued_runs_whose_message_is_gone_are_sent_again(settings, redis_u
     deleted from Redis is sent again with the same task id; cancelled runs are not."""
     from procs import QueueToOurselves
 
-    from lab import services
+    from lab import broker, runner, services
     from trainer.celery import app
 
     settings.REDIS_URL = redis_url
@@ -348,14 +348,14 @@ def test_only_queued_runs_whose_message_is_gone_are_sent_again(settings, redis_u
             run = services.start_run(user, LAB, dict(TINY_KV))
             other = services.start_run(user, LAB, dict(TINY_KV))
             services.cancel_run(other)
-            assert run.task_id in services.task_ids_in_broker({"lab-cpu"})
-            assert services.requeue_lost_runs(grace_s=0) == []  # still in the queue
+            assert run.task_id in broker.task_ids_in_broker({"lab-cpu"})
+            assert runner.requeue_lost_runs(grace_s=0) == []  # still in the queue
             redis.Redis.from_url(redis_url).delete("lab-cpu")  # as a Redis restart would
-            assert run.task_id not in services.task_ids_in_broker({"lab-cpu"})
-            assert services.requeue_lost_runs(grace_s=60) == []  # too young to tell
-            assert services.requeue_lost_runs(grace_s=0) == [run.pk]
-            assert run.task_id in services.task_ids_in_broker({"lab-cpu"})
-            assert services.requeue_lost_runs(grace_s=0) == []  # sent once, not twice
+            assert run.task_id not in broker.task_ids_in_broker({"lab-cpu"})
+            assert runner.requeue_lost_runs(grace_s=60) == []  # too young to tell
+            assert runner.requeue_lost_runs(grace_s=0) == [run.pk]
+            assert run.task_id in broker.task_ids_in_broker({"lab-cpu"})
+            assert runner.requeue_lost_runs(grace_s=0) == []  # sent once, not twice
         finally:
             LabRun.objects.filter(status="queued").update(status="cancelled")
             app.control.purge()

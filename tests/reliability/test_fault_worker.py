@@ -23,7 +23,7 @@ from django.test import Client
 from django.utils import timezone
 from procs import Procs, QueueToOurselves
 
-from lab import services
+from lab import runner, services
 from lab.models import LabRun
 
 pytestmark = [pytest.mark.celery_integration, pytest.mark.django_db(transaction=True)]
@@ -165,16 +165,16 @@ def test_a_message_delivered_again_never_reruns_or_rewrites_a_run(redis_url):
         )
         run.points.create(seq=0, series="mha", x=1, y=2)
         before = LabRun.objects.filter(pk=run.pk).values().get()
-        assert services.execute_run(run.pk, "lab@elsewhere", task_id=run.task_id) == status
+        assert runner.execute_run(run.pk, "lab@elsewhere", task_id=run.task_id) == status
         assert LabRun.objects.filter(pk=run.pk).values().get() == before
         assert run.points.count() == 1
     queued = LabRun.objects.create(owner=user, lab="kv-cache-growth", task_id="mine")
-    assert services.execute_run(queued.pk, "lab@x", task_id="a-stale-message") == "stale"
-    assert not services.fail_lost_run(queued.pk, "a-stale-message", "It died.")
+    assert runner.execute_run(queued.pk, "lab@x", task_id="a-stale-message") == "stale"
+    assert not runner.fail_lost_run(queued.pk, "a-stale-message", "It died.")
     assert fresh(queued).status == "queued" and not queued.points.exists()
     done = LabRun.objects.get(task_id="t-done")
-    assert not services.fail_lost_run(done.pk, "t-done", "It died.")
+    assert not runner.fail_lost_run(done.pk, "t-done", "It died.")
     assert fresh(done).status == "done"
-    assert services.fail_lost_run(queued.pk, "mine", "It died.")
+    assert runner.fail_lost_run(queued.pk, "mine", "It died.")
     assert fresh(queued).status == "failed"
     assert queued.error == "It died. The 0 points it recorded are kept. " + services.NOT_RERUN

@@ -27,8 +27,9 @@ from django.core.management.base import CommandError
 from django.db.models.deletion import CASCADE
 from django.test import Client
 
+import common.redis
+from lab import broker, runner
 from lab import services as lab_services
-from lab import streams
 from lab.labs import LABS
 from lab.labs.base import Chart, Lab, Param, Point, Series
 from mock import live
@@ -116,7 +117,7 @@ def world(settings, redis_url, monkeypatch, django_capture_on_commit_callbacks):
     # Redis stream (a small stand-in lab: the bundled labs have their own tests).
     monkeypatch.setitem(LABS, Squares.slug, Squares())
     run = lab_services.start_run(ada, Squares.slug, {"n": 8})
-    assert lab_services.execute_run(run.pk, "worker-test") == "done"
+    assert runner.execute_run(run.pk, "worker-test") == "done"
 
     # Ada's mock, interviewed and marked by bob, finished (graded) with a follow-up.
     loop = Loop.objects.get(slug="inference-warm-up")
@@ -184,8 +185,8 @@ def test_an_undeclared_reference_is_reported(monkeypatch):
 
 def test_export_holds_everything_and_delete_removes_it_all(world, tmp_path, monkeypatch):
     ada, bob = world["ada"], world["bob"]
-    redis = streams.client()
-    ada_keys = [streams.key(world["run"].pk), live.key(world["mock"].pk)]
+    redis = common.redis.client()
+    ada_keys = [broker.stream_key(world["run"].pk), live.key(world["mock"].pk)]
     assert all(redis.exists(k) for k in ada_keys), "the world should have ada's streams"
     assert redis.exists(live.key(world["cy_mock"].pk))
 

@@ -37,13 +37,14 @@ from django.test import Client, RequestFactory
 from django_ratelimit.core import get_usage
 from playwright.sync_api import Browser, expect
 
+from common import ratelimits
 from mock import live
 from mock import services as mock_services
 from mock.interviewer_views import snapshot
 from mock.models import MockItem
 from mock.views import DRAFT_MAX_BODY_BYTES
 from questions.models import Loop, LoopItem, Question, Step
-from trainer import ratelimits, redis_server
+from trainer import redis_server
 from trainer import services as practice
 from trainer.models import Attempt
 

@@ -27,12 +27,13 @@ from django.core.management import call_command
 from django.test import Client, RequestFactory
 from django_ratelimit.core import get_usage
 
+from common import ratelimits
 from lab.labs import get_lab
 from lab.models import LabRun
 from mock import services as mock_services
 from mock.models import FollowUpAnswer
 from questions.models import Loop, LoopItem, Question
-from trainer import ratelimits, services
+from trainer import services
 from trainer.models import Attempt, StepAnswer
 from trainer.settings import ratelimit_rate
 
@@ -452,7 +453,7 @@ def test_the_counters_are_shared_between_processes(limits, bank, ada):
         "from django.conf import settings\n"
         "from django.test import RequestFactory\n"
         "from django_ratelimit.core import get_usage\n"
-        "from trainer import ratelimits\n"
+        "from common import ratelimits\n"
         "class U: pk = int(os.environ['LIMIT_USER'])\n"
         "r = RequestFactory().post('/'); r.user = U()\n"
         "for _ in range(2):\n"

@@ -154,13 +154,13 @@ def test_30_concurrent_probes_run_one_check_at_a_time_and_the_site_keeps_answeri
     ever answered (the web process's task publishing was stuck with them)."""
     from celery.app.control import Inspect
 
-    from trainer import redis_server
+    import common.redis
 
     settings.REDIS_URL = redis_url
     settings.HEALTHZ_TOKEN = TOKEN
-    pings = Concurrency(redis_server.ping)
+    pings = Concurrency(common.redis.ping)
     broadcasts = Concurrency(Inspect.active_queues)
-    monkeypatch.setattr(redis_server, "ping", pings)
+    monkeypatch.setattr(common.redis, "ping", pings)
     monkeypatch.setattr(Inspect, "active_queues", lambda self, *a, **kw: broadcasts(self, *a, **kw))
 
     def probe(_):

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
 
+import common.redis
 from trainer import redis_server, web
 from trainer.demo import demo_users_ensure
 
@@ -82,7 +83,7 @@ class Command(BaseCommand):
     # --- processes -----------------------------------------------------------------------
     def _start_redis(self) -> None:
         if os.environ.get("REDIS_URL"):
-            if not redis_server.ping(settings.REDIS_URL):
+            if not common.redis.ping(settings.REDIS_URL):
                 raise CommandError(
                     f"REDIS_URL={settings.REDIS_URL} does not answer PING. Start that Redis, "
                     "or unset REDIS_URL to use the embedded one."
