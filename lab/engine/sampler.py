@@ -97,6 +97,7 @@ def _keep_top_p(logits: Tensor, p: float) -> Tensor:
     sorted_probs = sorted_logits.softmax(dim=-1)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
     drop_sorted = mass_before >= p
+    drop_sorted[..., 0] = False  # a p below float32's range compares as 0.0 and would drop it too
     drop = drop_sorted.scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, -math.inf)
 

@@ -74,6 +74,16 @@ def test_top_p_keeps_smallest_set_reaching_p():
     assert set(draw(logits, params, times=200)) == {0, 1, 2}
 
 
+def test_a_top_p_below_float32s_range_still_keeps_the_top_token():
+    """p = 4.3e-238 (found by the API fuzz test) rounds to 0.0 against float32 sums: the top
+    token must survive anyway, or every token is dropped and sampling meets NaN."""
+    logits = random_logits(rows=1, vocab=50)[0]
+    for p in (4.3e-238, 1e-46, 5e-324):
+        probs = probabilities(logits, SamplingParams(top_p=p))
+        assert probs.nonzero().flatten().tolist() == [int(logits.argmax())]
+        assert draw(logits, SamplingParams(top_p=p, seed=0), times=3) == [int(logits.argmax())] * 3
+
+
 def test_temperature_sharpens_and_flattens():
     logits = torch.tensor([2.0, 1.0, 0.0])
     cold = probabilities(logits, SamplingParams(temperature=0.5))
