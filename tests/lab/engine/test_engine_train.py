@@ -142,7 +142,7 @@ def test_target_beats_its_draft_and_the_no_context_baseline(training_log):
     assert target["heldout_loss"] < draft["heldout_loss"]
     # A model that learnt context, not token frequencies: far below a unigram model.
     assert target["heldout_perplexity"] < training_log["corpus"]["heldout_unigram_perplexity"] / 10
-    assert training_log["command"].startswith("python -m lab.engine.train")
+    assert training_log["command"].startswith("python -m lab.engine.training ")
     assert training_log["python"] and training_log["torch"] and training_log["date"]
     assert training_log["total_wall_s"] <= 20 * 60
 
