@@ -206,6 +206,9 @@ _ADJECTIVE_NOUNS = re.compile(
 def _fill_quantity(value: Quantity, after: str) -> str:
     """Format a value for running text: "8,192 tokens", "a 8,192-token prompt" style."""
     unit = f"{value.units:~P}"
+    if unit == "request/s":  # "10 requests/s", not pint's "10 request/s"
+        number = format_quantity(value.magnitude)
+        return f"{number} {'request' if value.magnitude == 1 else 'requests'}/s"
     if unit not in _COUNT_UNITS:
         return format_quantity(value)
     number = format_quantity(value.magnitude)

@@ -113,6 +113,19 @@ COUNT_STEPS = {
     ("tensor-parallelism-min-tp-fit", "min_tp"): "ceil",
     ("tensor-parallelism-min-tp-fit", "kv_heads_per_gpu"): "ceil",
     ("timeouts-retries-littles-law-amplification", "pool_per_pod"): "ceil",
+    # the questions added since (issue 18)
+    ("cancellation-abort-waits-for-the-step", "chunks_avoided"): "floor",
+    ("full-stack-latency-launch-bound-decode", "launches"): "round",
+    ("kv-arith-mla-window-capacity", "mla_sequences"): "floor",
+    ("kv-arith-mla-window-capacity", "swa_sequences"): "floor",
+    ("moe-serving-wide-ep-arithmetic", "slots_per_gpu"): "floor",
+    ("prefill-decode-xpyd-sizing", "prefill_instances"): "ceil",
+    ("prefill-decode-xpyd-sizing", "decode_instances"): "ceil",
+    ("serving-design-lora-adapter-memory", "adapters_in_budget"): "floor",
+    ("serving-runtimes-batched-tokens-knob", "prefill_steps"): "ceil",
+    ("serving-runtimes-coordinated-omission-math", "closed_samples"): "floor",
+    ("serving-runtimes-coordinated-omission-math", "open_during_stall"): "floor",
+    ("timeouts-retries-max-tokens-under-the-wall", "max_tokens"): "floor",
 }
 
 

@@ -59,6 +59,9 @@ def test_prompts_read_naturally():
     assert (
         problems.render_text("{kv} per token, {unknown}", scope) == "327,680 B per token, {unknown}"
     )
+    rates = {"rate": UREG.Quantity(10, "request/s"), "one": UREG.Quantity(1, "request/s")}
+    assert problems.render_text("**{rate}** at peak", rates) == "**10 requests/s** at peak"
+    assert problems.render_text("{one}", rates) == "1 request/s"
 
 
 # --- integer steps (issue 18) ------------------------------------------------------------
