@@ -9,7 +9,7 @@ worktree (removed afterwards); head is this checkout as it is. Both run with thi
 Python, from their own directory, so each imports its own code.
 
 Every ratio the benchmark prints (`1.07x`, `**1.76x**`, a `0.24` in an `on/off` column is not
-one: only numbers written with an `x`) is read from each run, keyed by the line it sits on
+one: only numbers written with an `x` or `×`) is read from each run, keyed by the line it sits on
 (the table row's first cell, or the text before the number), and printed base vs head with
 the change; per run the median of the rounds is taken. Whether a higher ratio is better or
 worse depends on the benchmark (time per token vs throughput): the table says which way each
@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "bench-sitting"  # each run's full output, to read the tables behind a ratio
-RATIO = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)x\b")
+RATIO = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[x×](?!\w)")
 
 
 def ratios(output: str) -> dict[str, list[float]]:
