@@ -91,6 +91,16 @@ def test_as_point_evaluates_expects_and_checks_against_the_variables(loaded):
     }  # fmt: skip
 
 
+def test_question_points_and_resolved_expects_match_as_point(loaded):
+    from questions.services import question_points, resolved_expects
+
+    assert question_points(loaded) == [p.as_point() for p in loaded.rubric.all()]
+    assert resolved_expects(loaded, ["model_layers", "2 GiB ±1%"]) == [
+        {"value": 80.0, "unit": "", "tol": 0.1, "label": ""},
+        {"value": 2.0, "unit": "GiB", "tol": 0.01, "label": ""},
+    ]
+
+
 def test_follow_up_items_and_their_points(loaded):
     plain, probed = loaded.follow_up_items()
     assert plain == {"prompt": "And MLA?", "rubric": []}
