@@ -87,8 +87,9 @@ def test_as_point_evaluates_expects_and_checks_against_the_variables(loaded):
     assert penalty["penalty"] is True and penalty["check"] is None and penalty["claims"] == []
     assert set(first) == {
         "text", "weight", "penalty", "concepts", "claims", "contradictions", "key_terms",
-        "expects", "check",
+        "expects", "check", "rubric_version",
     }  # fmt: skip
+    assert first["rubric_version"] == loaded.rubric.first().version()
 
 
 def test_question_points_and_resolved_expects_match_as_point(loaded):
