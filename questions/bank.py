@@ -21,11 +21,12 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
 
-from questions import catalog, problems
+from questions import catalog, problems, rubric_points
 from questions.expressions import (
     ExpressionError,
     check_name,
@@ -105,11 +106,84 @@ class ProblemIn(_Strict):
     steps: list[StepIn] = Field(min_length=1)
 
 
+class NumberIn(_Strict):
+    """A number a point expects: an expression over the question's variables, its unit,
+    a tolerance ("5%" or a fraction) and a label the learner may see."""
+
+    expr: str | int | float
+    unit: str = ""
+    tol: str | float = "10%"
+    label: str = ""
+
+
+NumberSpec = str | NumberIn  # "320 KiB ±10%" or {expr, unit, tol, label}
+
+
+class CheckIn(_Strict):
+    """The probe that confirms a point: a multiple choice (`answer` + distractor `options`,
+    by default the point's contradictions) or a `number`."""
+
+    ask: str = Field(min_length=1)
+    answer: str | None = Field(default=None, min_length=1)
+    options: list[str] | None = None
+    number: NumberSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> CheckIn:
+        if (self.answer is None) == (self.number is None):
+            raise ValueError(
+                "give exactly one of `answer` (a multiple choice) or `number` (a number check)"
+            )
+        if self.number is not None and self.options is not None:
+            raise ValueError("`options` belong to a multiple choice; a number check has none")
+        if self.answer is not None and self.answer in (self.options or []):
+            raise ValueError(f"the answer {self.answer!r} is also listed as a wrong option")
+        return self
+
+
 class RubricPointIn(_Strict):
     text: str = Field(min_length=1)
     weight: float = Field(default=1.0, gt=0)
     concepts: list[str] = []
     penalty: bool = False
+    claims: list[str] = Field(default=[], max_length=3)
+    contradictions: list[str] = []
+    key_terms: list[str] = []
+    expects: list[NumberSpec] = []
+    check: CheckIn | None = None
+
+    @field_validator("claims", "contradictions", "key_terms")
+    @classmethod
+    def _no_blank_entries(cls, value: list[str]) -> list[str]:
+        if any(not v.strip() for v in value):
+            raise ValueError("has an empty entry; remove it or write the statement")
+        return value
+
+    @model_validator(mode="after")
+    def _choice_has_options(self) -> RubricPointIn:
+        check = self.check
+        if check is not None and check.answer is not None:
+            options = check.options if check.options is not None else self.contradictions
+            if len(options) < 1:
+                raise ValueError(
+                    "check: a multiple-choice check needs at least 2 options in all (the "
+                    "answer and 1+ wrong ones); give `options` or the point's `contradictions`"
+                )
+        return self
+
+
+class FollowUpIn(_Strict):
+    """A probe an interviewer asks next; its own small rubric (1-3 points, check optional)."""
+
+    prompt: str = Field(min_length=1)
+    rubric: list[RubricPointIn] = Field(default=[], max_length=3)
+
+
+def _follow_up_objects(value: Any) -> Any:
+    """Plain strings (the old format) are follow-ups without a rubric."""
+    if isinstance(value, list):
+        return [{"prompt": v} if isinstance(v, str) else v for v in value]
+    return value
 
 
 class SourceIn(_Strict):
@@ -173,11 +247,26 @@ class QuestionIn(_Strict):
     status: Literal["published", "draft"] = "draft"
     prompt: str = Field(min_length=1)
     model_answer: str = ""
-    follow_ups: list[str] = []
+    follow_ups: list[FollowUpIn] = []
     related_labs: list[str] = []
     rubric: list[RubricPointIn] = []
     sources: list[SourceIn] = []
     problem: ProblemIn | None = None
+    # Fixed values the rubric's `expects`/`check.number` expressions use (one value each).
+    variables: dict[str, ParameterIn] = {}
+
+    @field_validator("follow_ups", mode="before")
+    @classmethod
+    def _plain_follow_ups(cls, value: Any) -> Any:
+        return _follow_up_objects(value)
+
+    @field_serializer("follow_ups")
+    def _compact_follow_ups(self, follow_ups: list[FollowUpIn]) -> list:
+        """A follow-up without a rubric is written back as the plain string it was."""
+        return [
+            f.prompt if not f.rubric else f.model_dump(mode="json", exclude_defaults=True)
+            for f in follow_ups
+        ]
 
     @model_validator(mode="after")
     def _problem_matches_kind(self) -> QuestionIn:
@@ -320,6 +409,9 @@ def read_bank(paths: Iterable[Path] | None = None) -> Bank:
                 bank.errors.append(
                     BankError(path.name, f"{where} > {msg_path}".rstrip(" >"), message)
                 )
+            for index, message in publication_errors(question):
+                point = f"question {question.slug}, rubric point {index}"
+                bank.errors.append(BankError(path.name, point, message))
         bank.topics.append(parsed)
     _check_cross_file(bank, {p.name for p in paths})
     return bank
@@ -366,11 +458,58 @@ def check_question(question: QuestionIn) -> list[tuple[str, str]]:
     weights = [p for p in question.rubric if not p.penalty]
     if question.rubric and not weights:
         errors.append(("rubric", "has only penalty points; add at least one point to earn"))
+    errors.extend(check_rubric_numbers(question))
     if question.problem is not None:
         errors.extend(
             (f"problem > {p}" if p else "problem", m) for p, m in check_problem(question.problem)
         )
     return errors
+
+
+def check_rubric_numbers(question: QuestionIn) -> list[tuple[str, str]]:
+    """The question's variables are fixed and every `expects`/`check.number` of its points
+    and its follow-ups' points evaluates against them, in a unit of the right dimension."""
+    try:
+        for name in question.variables:
+            check_name(name)
+        scope = rubric_points.variables_scope({n: p.spec() for n, p in question.variables.items()})
+    except (ExpressionError, problems.ProblemError, catalog.CatalogError) as exc:
+        return [("variables", str(exc))]
+    errors = []
+    groups = [("rubric", question.rubric)] + [
+        (f"follow_ups[{i}] > rubric", f.rubric) for i, f in enumerate(question.follow_ups)
+    ]
+    for where, points in groups:
+        for i, point in enumerate(points):
+            numbers = [(f"expects[{j}]", e) for j, e in enumerate(point.expects)]
+            if point.check is not None and point.check.number is not None:
+                numbers.append(("check > number", point.check.number))
+            for path, spec in numbers:
+                raw = spec if isinstance(spec, str) else spec.model_dump(exclude_defaults=True)
+                try:
+                    rubric_points.resolve_number(raw, scope)
+                except ExpressionError as exc:
+                    errors.append((f"{where}[{i}] > {path}", str(exc)))
+    return errors
+
+
+PUBLISHED_NEEDS_CHECKS = ("scenario", "design")
+
+
+def publication_errors(question: QuestionIn) -> list[tuple[int, str]]:
+    """(point index, message) for each non-penalty point of a published scenario/design
+    question that lacks `claims` or a `check`: the grader cannot verify such a point."""
+    if question.status != "published" or question.kind not in PUBLISHED_NEEDS_CHECKS:
+        return []
+    message = (
+        f"a published {question.kind} question needs `claims` and a `check` on every "
+        "non-penalty point (docs/BANK_FORMAT.md)"
+    )
+    return [
+        (i, message)
+        for i, point in enumerate(question.rubric)
+        if not point.penalty and (not point.claims or point.check is None)
+    ]
 
 
 def check_problem(problem_in: ProblemIn) -> list[tuple[str, str]]:
