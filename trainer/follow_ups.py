@@ -9,7 +9,6 @@ import dataclasses
 from django.db import transaction
 from django.utils import timezone
 
-from questions import services as question_services
 from trainer.models import Attempt, FollowUpResponse
 
 ANSWER_MAX_CHARS = 20_000  # as the main answer (trainer.services.ANSWER_MAX_CHARS)
@@ -19,39 +18,19 @@ class FollowUpError(Exception):
     """A follow-up the request cannot use (none at that index, no rubric, not yet open)."""
 
 
-def follow_up_items(question) -> list[dict]:
-    """The question's follow-ups as {prompt, rubric: [point dicts]} (plain strings, as
-    stored before follow-ups had rubrics, read as a prompt with no rubric)."""
-    items = getattr(question, "follow_up_items", None)
-    if callable(items):
-        return list(items())
-    return [
-        f if isinstance(f, dict) else {"prompt": str(f), "rubric": []}
-        for f in question.follow_ups or []
-    ]
-
-
-def _expects(question, raw: list) -> list:
-    resolver = getattr(question_services, "resolved_expects", None)
-    return list(resolver(question, raw)) if resolver is not None and raw else list(raw)
-
-
-def rubric_points(question, rubric: list[dict]) -> list:
-    """The grader's Point for each follow-up rubric dict (fields it does not know are
-    dropped, lists become tuples)."""
+def rubric_points(question, index: int) -> list:
+    """The grader's Point for each rubric point of follow-up `index` (numbers evaluated
+    against the question's variables; fields the grader does not know are dropped)."""
     from trainer.grading.rubric import Point
 
     known = {f.name for f in dataclasses.fields(Point)}
     points = []
-    for raw in rubric:
-        data = {"weight": 1.0, **raw}
-        if "expects" in data:
-            data["expects"] = _expects(question, data["expects"] or [])
+    for i in range(len(question.follow_up_items()[index]["rubric"])):
+        data = question.follow_up_point(index, i)
         data.pop("check", None)  # follow-ups offer no checks: the answer box is the probe
-        fields = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known
-        }
-        points.append(Point(**fields))
+        points.append(
+            Point(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
+        )
     return points
 
 
@@ -59,13 +38,13 @@ def follow_up_grade(question, index: int, answer: str) -> tuple[float, dict]:
     """(score, stored result) of `answer` to follow-up `index` of `question`."""
     from trainer.grading.rubric import grade
 
-    item = follow_up_items(question)[index]
-    result = grade(answer, rubric_points(question, item.get("rubric") or []), item["prompt"])
+    prompt = question.follow_up_items()[index]["prompt"]
+    result = grade(answer, rubric_points(question, index), prompt)
     return result.score, result.as_dict()
 
 
 def _response(attempt: Attempt, index: int) -> FollowUpResponse:
-    items = follow_up_items(attempt.question)
+    items = attempt.question.follow_up_items()
     if attempt.submitted is None:
         raise FollowUpError("Answer the question first; its follow-ups open after that.")
     if not 0 <= index < len(items) or not items[index].get("rubric"):
@@ -105,5 +84,5 @@ def follow_up_rows(attempt: Attempt) -> list[dict]:
     return [
         {"index": i, "prompt": item["prompt"], "rubric": item.get("rubric") or [],
          "response": responses.get(i)}
-        for i, item in enumerate(follow_up_items(attempt.question))
+        for i, item in enumerate(attempt.question.follow_up_items())
     ]

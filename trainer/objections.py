@@ -95,3 +95,21 @@ def export_yaml(objections: Iterable[VerdictObjection]) -> str:
         by_slug.setdefault(group[0].attempt.question.slug, []).append(labelled_answer(group))
     questions = [{"slug": slug, "answers": answers} for slug, answers in sorted(by_slug.items())]
     return dump_yaml({"questions": questions})
+
+
+def objections_section(user) -> list[dict]:
+    """The learner's objections as they read them (for the data export; the rows go too)."""
+    rows = VerdictObjection.objects.filter(attempt__user=user).select_related("attempt__question")
+    return [
+        {
+            "question": o.attempt.question.slug,
+            "attempt": o.attempt_id,
+            "follow_up": o.follow_up,
+            "point": o.point_index,
+            "verdict": o.verdict,
+            "note": o.note,
+            "status": o.status,
+            "created": o.created.isoformat(),
+        }
+        for o in rows.order_by("created")
+    ]

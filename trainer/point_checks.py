@@ -61,7 +61,7 @@ def offerable(attempt: Attempt) -> list[tuple[int, CheckSpec, str]]:
             continue
         if not p.get("attempted") or verdict not in OFFERED_VERDICTS:
             continue
-        spec = check_spec(attempt.question, rubric[index])
+        spec = check_spec(rubric[index])
         if spec is not None:
             out.append((index, spec, verdict))
     return out
@@ -169,7 +169,7 @@ def checks_answer(
             if late:
                 check.response, check.passed = "", None
                 continue
-            spec = check_spec(locked.question, rubric[index]) if index < len(rubric) else None
+            spec = check_spec(rubric[index]) if index < len(rubric) else None
             _grade_one(check, spec, responses.get(index, ""), final)
         PointCheck.objects.bulk_update(
             checks.values(), ["answered", "response", "passed", "reason"]
