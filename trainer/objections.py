@@ -74,7 +74,7 @@ def labelled_answer(objections: list[VerdictObjection]) -> dict:
     label = next((o.staff_label for o in objections if o.staff_label), "partial")
     entry: dict = {
         "label": label,
-        "text": attempt.answer,
+        "text": attempt.answer.rstrip("\n") + "\n",  # written as a `text: |` block
         "points": sorted(i for i, v in verdicts.items() if v == "hit"),
     }
     contradicts = sorted(i for i, v in verdicts.items() if v == "contradicted")

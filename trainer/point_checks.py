@@ -185,5 +185,7 @@ def checks_answer(
 
 
 def checks_skip(*, attempt: Attempt, now=None) -> None:
-    """The learner declines the round: every open check closes unanswered (no change)."""
+    """The learner declines the round (offered now if it was not yet): every open check
+    closes unanswered (no change)."""
+    checks_round(attempt=attempt, now=now)
     attempt.point_checks.filter(answered__isnull=True).update(answered=now or timezone.now())
