@@ -1,0 +1,125 @@
+"""Stage 2: embed the answer's units and find, per point, how close each unit is to what
+makes the point true (its text, concepts and claims) and to what makes it wrong (its
+contradictions, and for an ordinary point the text of the question's red flags).
+
+Units are sentences, their clauses, and pairs of adjacent sentences (an idea is often
+stated in one sentence and quantified in the next; a pair's vector is the normalised sum of
+its sentences' vectors, so pairs cost no model call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainer.grading.rubric import encoder, numbers, split, terms
+from trainer.grading.rubric.point import Point
+
+STUFFED = 0.5  # from this stuffing level on, a unit is a list of terms, not a claim
+
+
+@dataclass(frozen=True)
+class Unit:
+    text: str
+    parts: tuple[str, ...]  # the answer's own sentences or clauses, for highlighting
+    tagged: tuple[tuple[str, bool], ...]  # (word, negated)
+    stated: tuple[numbers.Stated, ...]
+    stuffing: float
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    units: list[Unit]
+    pos: np.ndarray  # points x units: max cosine to the point's text and claims
+    neg: np.ndarray  # points x units: max cosine to its contradictions (-1 without any)
+    claim_index: np.ndarray  # points x units: which positive text is closest (0 = the text)
+    flags: tuple[str, ...] = field(default=())
+
+
+def point_text(point: Point) -> str:
+    return point.text if not point.concepts else f"{point.text} ({', '.join(point.concepts)})"
+
+
+def positives(point: Point) -> list[str]:
+    return [point_text(point), *point.claims]
+
+
+def negatives(point: Point, points: Sequence[Point]) -> list[str]:
+    """A point's contradictions; the red flags of the question join an ordinary point's."""
+    red_flags = [] if point.penalty else [p.text for p in points if p.penalty and p is not point]
+    return [*point.contradictions, *red_flags]
+
+
+def stuffing(text: str, all_terms: Sequence[str]) -> float:
+    """0..1: how much of a unit is rubric terms rather than explanation."""
+    words = split.words(text)
+    if not words:
+        return 1.0
+    haystack = " " + " ".join(words) + " "
+    covered = sum(
+        len(split.words(t)) for t in all_terms if split.words(t) and
+        " " + " ".join(split.words(t)) + " " in haystack
+    )  # fmt: skip
+    short = 1.0 if len(words) < 8 else 0.0
+    list_like = text.count(",") / len(words)  # "A, B, C and D" is a list, not a claim
+    return min(1.0, 0.5 * covered / len(words) + 0.25 * short + 3.0 * list_like)
+
+
+def _term_words(points: Sequence[Point]) -> list[str]:
+    out = [c for p in points for c in p.concepts]
+    for p in points:
+        out += [alt.strip() for term in p.key_terms for alt in term.split("|")]
+    return out
+
+
+def units_of(answer: str) -> tuple[list[tuple[str, ...]], list[tuple[int, int]]]:
+    """The units' parts (sentences, then clauses) and the adjacent sentence pairs."""
+    sentences = split.split_sentences(answer)
+    parts: list[tuple[str, ...]] = [(s,) for s in sentences]
+    for s in sentences:
+        parts += [(c,) for c in split.split_clauses(s)]
+    pairs = [(i, i + 1) for i in range(len(sentences) - 1)]
+    return parts, pairs
+
+
+def retrieve(answer: str, points: Sequence[Point], prompt: str = "") -> Retrieval:
+    """Embed the answer once and compare every unit with every point's texts."""
+    n = len(points)
+    empty = np.zeros((n, 0))
+    parts, pairs = units_of(answer)
+    if not parts:
+        return Retrieval([], empty, empty, empty.astype(int), ("empty",))
+    if prompt and split.restates(answer, prompt):
+        return Retrieval([], empty, empty, empty.astype(int), ("restates the question",))
+    vectors = encoder.embed([p[0] for p in parts])
+    if pairs:
+        summed = np.stack([vectors[i] + vectors[j] for i, j in pairs])
+        vectors = np.vstack([vectors, summed / np.linalg.norm(summed, axis=1, keepdims=True)])
+        parts += [parts[i] + parts[j] for i, j in pairs]
+    all_terms = _term_words(points)
+    units = []
+    for p in parts:
+        text = " ".join(p)
+        units.append(
+            Unit(text, p, tuple(terms.tagged_words(text)),
+                 tuple(numbers.stated_numbers(text)), stuffing(text, all_terms))  # fmt: skip
+        )
+    pos = np.zeros((n, len(units)))
+    neg = np.full((n, len(units)), -1.0)
+    best = np.zeros((n, len(units)), dtype=int)
+    texts = [[t for t in positives(p)] for p in points]
+    wrong = [negatives(p, points) for p in points]
+    flat = list(dict.fromkeys(t for group in texts + wrong for t in group))
+    known = dict(zip(flat, encoder.embed_cached(flat), strict=True))
+    for i in range(n):
+        sims = np.stack([known[t] for t in texts[i]]) @ vectors.T
+        pos[i], best[i] = sims.max(axis=0), sims.argmax(axis=0)
+        if wrong[i]:
+            neg[i] = (np.stack([known[t] for t in wrong[i]]) @ vectors.T).max(axis=0)
+    for k, part in enumerate(parts):  # a pair is as wrong as its wrongest sentence
+        if len(part) > 1:
+            members = [parts.index((s,)) for s in part]
+            neg[:, k] = np.maximum(neg[:, k], neg[:, members].max(axis=1))
+    return Retrieval(units, pos, neg, best)
