@@ -32,13 +32,30 @@ def export_labelled(modeladmin, request, queryset) -> HttpResponse:
 
 @admin.register(VerdictObjection)
 class VerdictObjectionAdmin(admin.ModelAdmin):
-    list_display = ("created", "question", "point_number", "follow_up", "verdict", "status",
-                    "staff_label")
+    list_display = (
+        "created",
+        "question",
+        "point_number",
+        "follow_up",
+        "verdict",
+        "status",
+        "staff_label",
+    )
     list_filter = ("status", "attempt__question")
     search_fields = ("note", "attempt__answer", "attempt__question__slug")
     actions = [accept, reject, export_labelled]
-    readonly_fields = ("attempt", "follow_up", "point_index", "verdict", "rubric_version",
-                       "grader_version", "note", "created", "point_text", "answer")
+    readonly_fields = (
+        "attempt",
+        "follow_up",
+        "point_index",
+        "verdict",
+        "rubric_version",
+        "grader_version",
+        "note",
+        "created",
+        "point_text",
+        "answer",
+    )
     fields = ("status", "staff_label", "correct_verdict", *readonly_fields)
 
     @admin.display(description="question", ordering="attempt__question__slug")

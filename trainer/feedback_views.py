@@ -38,7 +38,9 @@ def checks_submit(request: HttpRequest, attempt_id: int) -> HttpResponse:
             point_checks.checks_skip(attempt=attempt)
         else:
             point_checks.checks_answer(
-                attempt=attempt, responses=_responses(request), final=bool(request.POST.get("final"))
+                attempt=attempt,
+                responses=_responses(request),
+                final=bool(request.POST.get("final")),
             )
     except point_checks.CheckRefused as exc:
         attempt.refresh_from_db()
@@ -67,8 +69,9 @@ def objection(request: HttpRequest, attempt_id: int) -> HttpResponse:
         except objections.ObjectionRefused as exc:
             status, message = 400, str(exc)
     if request.htmx:  # htmx swaps 2xx only: the reason shows in place either way
-        return render(request, "trainer/_objection_done.html", {"message": message,
-                                                                "refused": status != 200})
+        return render(
+            request, "trainer/_objection_done.html", {"message": message, "refused": status != 200}
+        )
     if status != 200:
         return HttpResponse(message, status=status)
     return redirect("attempt", attempt_id=attempt.pk)

@@ -23,7 +23,9 @@ def rows(attempt: Attempt) -> list[dict]:
         response = row["response"]
         graded = response is not None and response.submitted is not None
         lines = [
-            feedback.RubricLine(p.get("text", ""), float(p.get("weight", 1)), bool(p.get("penalty")))
+            feedback.RubricLine(
+                p.get("text", ""), float(p.get("weight", 1)), bool(p.get("penalty"))
+            )
             for p in row["rubric"]
         ]
         out.append(

@@ -4,8 +4,6 @@ the same rubric grader on the follow-up's points."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from django.db import transaction
 from django.utils import timezone
 
@@ -20,17 +18,14 @@ class FollowUpError(Exception):
 
 def rubric_points(question, index: int) -> list:
     """The grader's Point for each rubric point of follow-up `index` (numbers evaluated
-    against the question's variables; fields the grader does not know are dropped)."""
+    against the question's variables)."""
     from trainer.grading.rubric import Point
 
-    known = {f.name for f in dataclasses.fields(Point)}
     points = []
     for i in range(len(question.follow_up_items()[index]["rubric"])):
         data = question.follow_up_point(index, i)
         data.pop("check", None)  # follow-ups offer no checks: the answer box is the probe
-        points.append(
-            Point(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
-        )
+        points.append(Point.from_dict(data))
     return points
 
 
@@ -82,7 +77,11 @@ def follow_up_rows(attempt: Attempt) -> list[dict]:
     """Every follow-up of the attempt's question with its prompt, rubric and response."""
     responses = {r.index: r for r in attempt.follow_up_responses.all()}
     return [
-        {"index": i, "prompt": item["prompt"], "rubric": item.get("rubric") or [],
-         "response": responses.get(i)}
+        {
+            "index": i,
+            "prompt": item["prompt"],
+            "rubric": item.get("rubric") or [],
+            "response": responses.get(i),
+        }
         for i, item in enumerate(attempt.question.follow_up_items())
     ]

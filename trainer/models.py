@@ -133,9 +133,7 @@ class PointCheck(models.Model):
     class Meta:
         ordering = ("attempt", "point_index")
         constraints = [
-            models.UniqueConstraint(
-                fields=("attempt", "point_index"), name="one_check_per_point"
-            ),
+            models.UniqueConstraint(fields=("attempt", "point_index"), name="one_check_per_point"),
         ]
 
     def __str__(self) -> str:

@@ -41,7 +41,9 @@ def objection_create(
         attempt=attempt, follow_up=follow_up, point_index=point_index
     )
     if mine.count() >= OBJECTIONS_PER_POINT:
-        raise ObjectionRefused("You have already objected to this verdict; the authors will see it.")
+        raise ObjectionRefused(
+            "You have already objected to this verdict; the authors will see it."
+        )
     return VerdictObjection.objects.create(
         attempt=attempt,
         follow_up=follow_up,

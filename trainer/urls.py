@@ -46,9 +46,7 @@ urlpatterns = [
     path("attempts/<int:attempt_id>/grade/", scenario_views.answer_regrade, name="regrade"),
     path("attempts/<int:attempt_id>/self/", scenario_views.self_assess, name="self_assess"),
     path("attempts/<int:attempt_id>/checks/", feedback_views.checks_submit, name="checks"),
-    path(
-        "attempts/<int:attempt_id>/objections/", feedback_views.objection, name="objection"
-    ),
+    path("attempts/<int:attempt_id>/objections/", feedback_views.objection, name="objection"),
     path(
         "attempts/<int:attempt_id>/follow-ups/<int:index>/",
         follow_up_views.follow_up_submit,

@@ -47,42 +47,78 @@ def make_question() -> Question:
         ],
     )
     RubricPoint.objects.create(
-        question=question, order=0, weight=2,
+        question=question,
+        order=0,
+        weight=2,
         text="Sizes the KV cache per token with KV heads: about 320 KiB in BF16.",
         claims=["2 x 80 layers x 8 KV heads x 128 x 2 B = 320 KiB per token."],
         contradictions=["The KV cache uses all 64 attention heads."],
-        key_terms=["KV", "token"], expects=["320 KiB ±10%"],
+        key_terms=["KV", "token"],
+        expects=["320 KiB ±10%"],
         check_spec={"ask": NUMBER_ASK, "number": "320 KiB ±5%"},
     )
     RubricPoint.objects.create(
-        question=question, order=1, weight=1,
+        question=question,
+        order=1,
+        weight=1,
         text="Says decode is memory-bound and prefill compute-bound.",
         claims=["Decode is memory-bound; prefill is compute-bound."],
         contradictions=["Decode is compute-bound.", "Prefill is limited by memory bandwidth."],
         key_terms=["decode"],
-        check_spec={"ask": CHOICE_ASK, "answer": "Prefill", "options": ["Decode", "Both", "Neither"]},
+        check_spec={
+            "ask": CHOICE_ASK,
+            "answer": "Prefill",
+            "options": ["Decode", "Both", "Neither"],
+        },
     )
     RubricPoint.objects.create(
-        question=question, order=2, weight=1, penalty=True,
+        question=question,
+        order=2,
+        weight=1,
+        penalty=True,
         text="Claims the cache stores the queries.",
     )
     RubricPoint.objects.create(
-        question=question, order=3, weight=1,
+        question=question,
+        order=3,
+        weight=1,
         text="Notes GQA shrinks the cache 8x against full multi-head attention.",
         claims=["GQA with 8 KV heads shrinks the cache 8x against 64 heads."],
-        check_spec={"ask": "How many KV heads does Llama-3-70B have?", "answer": "8",
-                    "options": ["64", "1"]},
+        check_spec={
+            "ask": "How many KV heads does Llama-3-70B have?",
+            "answer": "8",
+            "options": ["64", "1"],
+        },
     )
     return question
 
 
-def point(index, text, weight, verdict, *, attempted=True, penalty=False, decided_by="verify",
-          estimate=0.5, evidence="", reason=""):
+def point(
+    index,
+    text,
+    weight,
+    verdict,
+    *,
+    attempted=True,
+    penalty=False,
+    decided_by="verify",
+    estimate=0.5,
+    evidence="",
+    reason="",
+):
     return {
-        "index": index, "text": text, "weight": weight, "penalty": penalty,
-        "verdict": verdict, "estimate": estimate, "decided_by": decided_by,
-        "evidence": evidence, "evidence_parts": [evidence] if evidence else [],
-        "reason": reason, "attempted": attempted, "rubric_version": f"v{index:011d}",
+        "index": index,
+        "text": text,
+        "weight": weight,
+        "penalty": penalty,
+        "verdict": verdict,
+        "estimate": estimate,
+        "decided_by": decided_by,
+        "evidence": evidence,
+        "evidence_parts": [evidence] if evidence else [],
+        "reason": reason,
+        "attempted": attempted,
+        "rubric_version": f"v{index:011d}",
         "check": None,
     }
 
@@ -91,23 +127,48 @@ def graded_result(question: Question) -> dict:
     """Point 0 contradicted (a wrong number), 1 unclear, 2 (red flag) missed, 3 not attempted."""
     texts = [p.text for p in question.rubric.all()]
     points = [
-        point(0, texts[0], 2, "contradicted", estimate=0.3,
-              evidence="Each token stores K and V for every layer and KV head: that is 512 KiB per token.",
-              reason="You said 512 KiB per token; this point expects ≈320 KiB."),
-        point(1, texts[1], 1, "unclear", decided_by="estimate", estimate=0.5,
-              evidence="Decode reads every weight for one token per sequence, so it is probably about bandwidth."),
+        point(
+            0,
+            texts[0],
+            2,
+            "contradicted",
+            estimate=0.3,
+            evidence="Each token stores K and V for every layer and KV head: that is 512 KiB per token.",
+            reason="You said 512 KiB per token; this point expects ≈320 KiB.",
+        ),
+        point(
+            1,
+            texts[1],
+            1,
+            "unclear",
+            decided_by="estimate",
+            estimate=0.5,
+            evidence="Decode reads every weight for one token per sequence, so it is probably about bandwidth.",
+        ),
         point(2, texts[2], 1, "missed", penalty=True, attempted=False, estimate=0.0),
         point(3, texts[3], 1, "missed", attempted=False, decided_by="estimate", estimate=0.1),
     ]
     # (0 + 0.5 x 1 + 0) / 4 = 0.125; nothing verified
-    return {"grader": "rubric", "grader_version": "2.0", "score": 0.125, "verified_share": 0.0,
-            "flags": [], "points": points}
+    return {
+        "grader": "rubric",
+        "grader_version": "2.0",
+        "score": 0.125,
+        "verified_share": 0.0,
+        "flags": [],
+        "points": points,
+    }
 
 
 def graded_attempt(user, question: Question, result: dict | None = None) -> Attempt:
     now = timezone.now()
     result = result if result is not None else graded_result(question)
     return Attempt.objects.create(
-        user=user, question=question, answer=ANSWER, draft=ANSWER, submitted=now, graded=now,
-        result=result, score=result.get("score", 0.0),
+        user=user,
+        question=question,
+        answer=ANSWER,
+        draft=ANSWER,
+        submitted=now,
+        graded=now,
+        result=result,
+        score=result.get("score", 0.0),
     )

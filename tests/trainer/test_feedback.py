@@ -39,7 +39,9 @@ def feedback_page(client, attempt) -> str:
     return client.get(f"/attempts/{attempt.pk}/").content.decode()
 
 
-def test_each_point_shows_its_verdict_how_it_was_decided_the_sentence_and_why(client, ada, question):
+def test_each_point_shows_its_verdict_how_it_was_decided_the_sentence_and_why(
+    client, ada, question
+):
     attempt = fx.graded_attempt(ada, question)
     page = feedback_page(client, attempt)
     assert "Contradicted" in page and "Unclear" in page and "Missed" in page and "Not said" in page
@@ -52,12 +54,30 @@ def test_each_point_shows_its_verdict_how_it_was_decided_the_sentence_and_why(cl
 
 def test_an_old_result_without_verdicts_still_renders(client, ada, question):
     old = {
-        "score": 0.5, "confidence": 0.7, "flags": [],
+        "score": 0.5,
+        "confidence": 0.7,
+        "flags": [],
         "points": [
-            {"index": 0, "hit": True, "similarity": 0.6, "concepts_found": [], "penalty": False,
-             "weight": 2, "evidence": "Decode reads every weight", "evidence_parts": ["Decode reads every weight"]},
-            {"index": 1, "hit": False, "similarity": 0.2, "concepts_found": [], "penalty": False,
-             "weight": 1, "evidence": "", "evidence_parts": []},
+            {
+                "index": 0,
+                "hit": True,
+                "similarity": 0.6,
+                "concepts_found": [],
+                "penalty": False,
+                "weight": 2,
+                "evidence": "Decode reads every weight",
+                "evidence_parts": ["Decode reads every weight"],
+            },
+            {
+                "index": 1,
+                "hit": False,
+                "similarity": 0.2,
+                "concepts_found": [],
+                "penalty": False,
+                "weight": 1,
+                "evidence": "",
+                "evidence_parts": [],
+            },
         ],
     }
     attempt = fx.graded_attempt(ada, question, old)
@@ -69,10 +89,24 @@ def test_an_old_result_without_verdicts_still_renders(client, ada, question):
 
 
 def test_rows_read_old_and_new_points():
-    lines = [feedback.RubricLine("a", 2), feedback.RubricLine("b", 1), feedback.RubricLine("c", 1, True)]
+    lines = [
+        feedback.RubricLine("a", 2),
+        feedback.RubricLine("b", 1),
+        feedback.RubricLine("c", 1, True),
+    ]
     rows = feedback.point_rows(
-        {"points": [{"index": 0, "hit": True}, {"index": 1, "verdict": "unclear", "estimate": 0.4,
-                                                 "decided_by": "estimate", "attempted": True}]},
+        {
+            "points": [
+                {"index": 0, "hit": True},
+                {
+                    "index": 1,
+                    "verdict": "unclear",
+                    "estimate": 0.4,
+                    "decided_by": "estimate",
+                    "attempted": True,
+                },
+            ]
+        },
         lines,
     )
     assert [r.verdict for r in rows] == ["hit", "unclear", "missed"]
@@ -88,7 +122,8 @@ def test_the_total_splits_verified_and_estimated():
 def test_an_objection_is_stored_with_the_versions(client, ada, question):
     attempt = fx.graded_attempt(ada, question)
     response = client.post(
-        f"/attempts/{attempt.pk}/objections/", {"point": "0", "note": "320 KiB is what I meant"},
+        f"/attempts/{attempt.pk}/objections/",
+        {"point": "0", "note": "320 KiB is what I meant"},
         HTTP_HX_REQUEST="true",
     )
     assert response.status_code == 200 and "the authors will review" in response.content.decode()
@@ -175,11 +210,17 @@ def test_a_follow_up_answer_is_autosaved_graded_and_shown(client, ada, question)
     assert "Follow-up score:" in page and 'name="follow_up" value="0"' in page
     # a follow-up without a rubric, or one that does not exist, takes no answer
     assert client.post(f"/attempts/{attempt.pk}/follow-ups/1/", {"answer": "x"}).status_code == 404
-    assert client.post(f"/attempts/{attempt.pk}/follow-ups/7/draft/", {"answer": "x"}).status_code == 404
+    assert (
+        client.post(f"/attempts/{attempt.pk}/follow-ups/7/draft/", {"answer": "x"}).status_code
+        == 404
+    )
 
 
 def test_follow_ups_open_only_after_the_main_answer(client, ada, question):
     from trainer.models import Attempt
 
     attempt = Attempt.objects.create(user=ada, question=question)
-    assert client.post(f"/attempts/{attempt.pk}/follow-ups/0/draft/", {"answer": "x"}).status_code == 404
+    assert (
+        client.post(f"/attempts/{attempt.pk}/follow-ups/0/draft/", {"answer": "x"}).status_code
+        == 404
+    )

@@ -56,8 +56,10 @@ def test_options_are_shuffled_the_same_way_for_the_same_attempt(client, attempt,
     again = point_checks.checks_round(attempt=attempt).checks[1].options
     assert again == first == spec_options
     other = fx.graded_attempt(ada, attempt.question)
-    orders = {tuple(point_checks.checks_round(attempt=a).checks[1].options)
-              for a in [other, *[fx.graded_attempt(ada, attempt.question) for _ in range(6)]]}
+    orders = {
+        tuple(point_checks.checks_round(attempt=a).checks[1].options)
+        for a in [other, *[fx.graded_attempt(ada, attempt.question) for _ in range(6)]]
+    }
     assert len(orders) > 1  # a different attempt may see another order
 
 
@@ -122,7 +124,9 @@ def test_checks_are_refused_before_any_were_offered(client, attempt):
 def test_a_second_answer_is_refused_the_first_stands(client, attempt):
     checks = opened(client, attempt)
     client.post(f"/attempts/{attempt.pk}/checks/", {"check-1": choose(checks[1], "Decode")})
-    response = client.post(f"/attempts/{attempt.pk}/checks/", {"check-1": choose(checks[1], "Prefill")})
+    response = client.post(
+        f"/attempts/{attempt.pk}/checks/", {"check-1": choose(checks[1], "Prefill")}
+    )
     assert response.status_code == 409
     assert "already answered" in response.content.decode()
     attempt.refresh_from_db()
@@ -131,9 +135,13 @@ def test_a_second_answer_is_refused_the_first_stands(client, attempt):
 
 def test_answers_after_the_window_and_grace_are_refused(client, attempt):
     checks = opened(client, attempt)
-    late = timezone.now() - timedelta(seconds=point_checks.CHECK_WINDOW_S + point_checks.CHECK_GRACE_S + 1)
+    late = timezone.now() - timedelta(
+        seconds=point_checks.CHECK_WINDOW_S + point_checks.CHECK_GRACE_S + 1
+    )
     PointCheck.objects.filter(attempt=attempt).update(offered=late)
-    response = client.post(f"/attempts/{attempt.pk}/checks/", {"check-1": choose(checks[1], "Prefill")})
+    response = client.post(
+        f"/attempts/{attempt.pk}/checks/", {"check-1": choose(checks[1], "Prefill")}
+    )
     assert response.status_code == 409
     assert "Time is up" in response.content.decode()
     attempt.refresh_from_db()
@@ -145,7 +153,9 @@ def test_an_answer_within_the_grace_counts(client, attempt):
     checks = opened(client, attempt)
     just_late = timezone.now() - timedelta(seconds=point_checks.CHECK_WINDOW_S + 1)
     PointCheck.objects.filter(attempt=attempt).update(offered=just_late)
-    response = client.post(f"/attempts/{attempt.pk}/checks/", {"check-1": choose(checks[1], "Prefill")})
+    response = client.post(
+        f"/attempts/{attempt.pk}/checks/", {"check-1": choose(checks[1], "Prefill")}
+    )
     assert response.status_code == 302
 
 
@@ -162,7 +172,9 @@ def test_an_unreadable_number_is_refused_with_the_reason_unless_time_is_up(clien
     response = client.post(f"/attempts/{attempt.pk}/checks/", {"check-0": "lots of KiB"})
     assert response.status_code == 400
     assert not attempt.point_checks.filter(answered__isnull=False).exists()
-    response = client.post(f"/attempts/{attempt.pk}/checks/", {"check-0": "lots of KiB", "final": "1"})
+    response = client.post(
+        f"/attempts/{attempt.pk}/checks/", {"check-0": "lots of KiB", "final": "1"}
+    )
     assert response.status_code == 302  # the time-out post: unreadable counts as unanswered
     attempt.refresh_from_db()
     assert attempt.result["points"][0]["verdict"] == "contradicted"
