@@ -24,6 +24,13 @@ class CheckSpec:
     unit: str = ""
     tol: float = 0.10  # fraction of `value`
 
+    @property
+    def expected_text(self) -> str:
+        """What passes, for the interviewer: the right option, or "320 KiB ±5%"."""
+        if self.kind == "choice":
+            return self.answer
+        return f"{self.value:.4g} {self.unit} ±{self.tol * 100:.3g}%".replace("  ", " ")
+
     def shown_options(self, seed: str) -> list[str]:
         """The answer and distractors, shuffled the same way for the same `seed` (one
         attempt's point): reloading the page never reorders them."""
