@@ -67,12 +67,19 @@ def offerable(attempt: Attempt) -> list[tuple[int, CheckSpec, str]]:
     return out
 
 
+def in_mock(attempt: Attempt) -> bool:
+    """A mock's answer is scored as given (its checks are the interviewer's probes): no
+    round of checks may raise its score afterwards. (`mock_item` is the mock's reverse
+    relation onto Attempt, asked by name: trainer imports nothing of the mock.)"""
+    return Attempt.objects.filter(pk=attempt.pk, mock_item__isnull=False).exists()
+
+
 def checks_round(*, attempt: Attempt, now: datetime | None = None) -> Round:
     """The attempt's round of checks, offered the first time a graded attempt is shown
     (so the clock starts when the learner sees it); later calls return the same round."""
     now = now or timezone.now()
     checks = list(attempt.point_checks.all())
-    if not checks and attempt.graded is not None:
+    if not checks and attempt.graded is not None and not in_mock(attempt):
         with transaction.atomic():
             locked = Attempt.objects.select_for_update().get(pk=attempt.pk)
             if not locked.point_checks.exists():

@@ -14,7 +14,9 @@ from tests.trainer import checkfixtures as fx
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "prefill-then-decode"
-FOLLOW_UP = "With an FP8 KV cache each token takes half the bytes: about 160 KiB instead of 320 KiB."
+FOLLOW_UP = (
+    "With an FP8 KV cache each token takes half the bytes: about 160 KiB instead of 320 KiB."
+)
 
 
 @pytest.fixture
@@ -73,3 +75,12 @@ def test_the_interviewer_sees_probes_and_machine_suggestions(client, mock):
     page = client.get(f"/mock/{mock.pk}/interviewer/").content.decode()
     assert "Suggestion (machine verdict, not a tick): <strong>Contradicted</strong>" in page
     assert 'type="checkbox" name="point" value="0" checked' not in page  # never ticked for them
+
+
+def test_a_mock_answer_gets_no_round_of_checks(client, mock):
+    answer_everything(mock)
+    attempt = mock.items.get().attempt
+    client.login(username="ada", password=PASSWORD)
+    page = client.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "Quick checks" not in page and not attempt.point_checks.exists()
+    assert client.post(f"/attempts/{attempt.pk}/checks/", {"check-1": "0"}).status_code == 400

@@ -69,7 +69,9 @@ def test_the_objection_button_stores_an_objection(live_server, learner, page, or
     row.get_by_text("This verdict is wrong").click()
     row.get_by_label(re.compile("Why is “Contradicted” wrong")).fill("512 KiB is FP32, I said so")
     row.get_by_role("button", name="Send to the authors").click()
-    expect(row.get_by_role("status")).to_have_text("Thank you: the authors will review this verdict.")
+    expect(row.get_by_role("status")).to_have_text(
+        "Thank you: the authors will review this verdict."
+    )
     stored = orm(lambda: list(VerdictObjection.objects.values("point_index", "verdict", "note")))
     assert stored == [
         {"point_index": 0, "verdict": "contradicted", "note": "512 KiB is FP32, I said so"}
