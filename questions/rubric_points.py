@@ -157,10 +157,13 @@ def normalise_point(point: Mapping[str, Any]) -> dict[str, Any]:
 
 def resolve_point(point: Mapping[str, Any], scope: Mapping[str, object]) -> dict[str, Any]:
     """The grader's plain dict of a point: `expects` evaluated to number dicts, `check`
-    resolved (or None). `scope` is `variables_scope(question.variables)`."""
+    resolved (or None), and `rubric_version` (point_version() of the point as authored).
+    `scope` is `variables_scope(question.variables)`."""
     data = normalise_point(point)
+    version = point_version(data)
     data["expects"] = [resolve_number(e, scope) for e in data["expects"]]
     data["check"] = resolve_check(data["check"], data["contradictions"], scope)
+    data["rubric_version"] = version  # the grader stores it with each point's verdict
     return data
 
 
