@@ -36,6 +36,7 @@ class Retrieval:
     neg: np.ndarray  # points x units: max cosine to its contradictions (-1 without any)
     claim_index: np.ndarray  # points x units: which positive text is closest (0 = the text)
     flags: tuple[str, ...] = field(default=())
+    memo: dict = field(default_factory=dict, compare=False, repr=False)  # verify's raw facts
 
 
 def point_text(point: Point) -> str:

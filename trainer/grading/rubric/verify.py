@@ -84,16 +84,35 @@ def point_terms(point: Point) -> PointTerms:
     )  # fmt: skip
 
 
-def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
-          t: Thresholds) -> Facts:  # fmt: skip
+@dataclass(frozen=True)
+class Raw:
+    """What a unit says about a point before any threshold: terms, negation, numbers."""
+
+    share: float
+    opposite: int
+    agree: int
+    status: numbers.Status
+    reason: str
+    missing: tuple[str, ...]
+
+
+def raw_facts(pt: PointTerms, unit: Unit) -> Raw:
     seen = [terms.polarity(g, unit.tagged) for g in pt.groups]
     present = [s is not terms.Polarity.ABSENT for s in seen]
     agree = sum(s is e for s, e in zip(seen, pt.expected, strict=True))
     opposite = sum(p and s is not e for p, s, e in zip(present, seen, pt.expected, strict=True))
     share = sum(present) / len(present) if present else 1.0
-    negated = opposite > 0 and (pt.keyed or opposite >= agree)
-    required = t.key_share if pt.keyed else t.plain_share
     status, reason = numbers.check(unit.stated, pt.expects)
+    missing = tuple(lab for lab, p in zip(pt.labels, present, strict=True) if not p)
+    return Raw(share, opposite, agree, status, reason, missing)
+
+
+def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
+          t: Thresholds, raw: Raw | None = None) -> Facts:  # fmt: skip
+    raw = raw or raw_facts(pt, unit)
+    share, status = raw.share, raw.status
+    negated = raw.opposite > 0 and (pt.keyed or raw.opposite >= raw.agree)
+    required = t.key_share if pt.keyed else t.plain_share
     stuffed = unit.stuffing >= STUFFED
     limit = t.penalty_sim if point.penalty else t.verify_floor
     numbers_ok = status is not numbers.Status.WRONG and not (
@@ -109,9 +128,15 @@ def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
         or (not stuffed and neg >= t.contra_floor and neg - pos >= t.contra_margin
             and share >= required - 1e-9)
     )
-    missing = tuple(lab for lab, p in zip(pt.labels, present, strict=True) if not p)
-    return Facts(pos, neg, share, negated, status, reason, unit.stuffing, verified,
-                 contradicted, missing)  # fmt: skip
+    return Facts(pos, neg, share, negated, status, raw.reason, unit.stuffing, bool(verified),
+                 bool(contradicted), raw.missing)  # fmt: skip
+
+
+def _facts(i: int, k: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresholds) -> Facts:
+    raw = r.memo.get((i, k))
+    if raw is None:
+        raw = r.memo[(i, k)] = raw_facts(pt, r.units[k])
+    return facts(point, pt, r.units[k], float(r.pos[i][k]), float(r.neg[i][k]), t, raw)
 
 
 def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
@@ -123,7 +148,7 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
     pos, neg = r.pos[i], r.neg[i]
     best_pos = float(pos.max())
     order = np.argsort(-pos)
-    found = [(int(k), facts(point, pt, r.units[k], float(pos[k]), float(neg[k]), t))
+    found = [(int(k), _facts(i, int(k), point, pt, r, t))
              for k in order if pos[k] >= t.retrieve or neg[k] >= t.contra_floor]  # fmt: skip
     attempted = best_pos >= t.retrieve
     for k, f in found:
@@ -134,8 +159,7 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
             return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
                             True, best_pos)  # fmt: skip
     top = int(order[0])
-    f = found[0][1] if found and found[0][0] == top else facts(
-        point, pt, r.units[top], float(pos[top]), float(neg[top]), t)
+    f = found[0][1] if found and found[0][0] == top else _facts(i, top, point, pt, r, t)
     if point.penalty or not attempted:
         return Decision("missed", top if attempted else None, f, "", attempted, best_pos)
     return Decision("unclear", top, f, _unclear_reason(pt, f, t), True, best_pos)
