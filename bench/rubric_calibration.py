@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import dataclasses
 import hashlib
-import itertools
 import os
 import statistics
 import sys
@@ -253,31 +252,39 @@ def fit_calibration(cases, points, retrievals, thresholds):
 
 
 GRID = {
-    "retrieve": [0.35, 0.40, 0.45],
-    "verify_floor": [0.45, 0.50, 0.55],
-    "margin": [0.0, 0.03, 0.06],
-    "contra_margin": [0.0, 0.04],
-    "key_share": [0.5, 0.75, 1.0],
-    "plain_share": [0.25, 0.4],
+    "retrieve": [0.30, 0.35, 0.40, 0.45],
+    "verify_floor": [0.40, 0.45, 0.50, 0.55, 0.60],
+    "margin": [-0.05, 0.0, 0.03, 0.06],
+    "contra_floor": [0.5, 0.55, 0.6, 0.7],
+    "contra_margin": [0.0, 0.04, 0.08, 0.12],
+    "key_share": [0.34, 0.5, 0.75, 1.0],
+    "plain_share": [0.2, 0.3, 0.4, 0.5],
+    "penalty_sim": [0.5, 0.55, 0.6, 0.65, 0.7, 0.75],
+    "off_topic": [0.3, 0.35, 0.4],
 }
 
 
-def tune(cases, points, retrievals):
-    """Grid-search the thresholds (with the estimate model refitted for each) on the given
-    (tuning) answers; returns the best Params and its tuning-part metrics."""
+def tune(cases, points, retrievals, rounds: int = 2, log=print):
+    """Coordinate descent over GRID on the given (tuning) answers, the estimate model
+    refitted for each candidate; returns the best Params and its metrics."""
     from trainer.grading.rubric import params
 
-    best = None
-    names = list(GRID)
-    for values in itertools.product(*GRID.values()):
-        t = dataclasses.replace(params.Thresholds(), **dict(zip(names, values, strict=True)))
-        if t.verify_floor < t.retrieve:
-            continue
+    def run(t):
         p = params.Params(t, fit_calibration(cases, points, retrievals, t))
         m = metrics(cases, points, results_of(cases, points, retrievals, p))
-        key = objective(m)
-        if best is None or key > best[0]:
-            best = (key, p, m)
+        return objective(m), p, m
+
+    best = run(params.Thresholds())
+    for _ in range(rounds):
+        for name, values in GRID.items():
+            for value in values:
+                t = dataclasses.replace(best[1].thresholds, **{name: value})
+                if t.verify_floor < t.retrieve or t == best[1].thresholds:
+                    continue
+                candidate = run(t)
+                if candidate[0] > best[0] + 1e-9:
+                    best = candidate
+            log(f"  {name} = {getattr(best[1].thresholds, name)}: {summary(best[2])}")
     return best[1], best[2]
 
 

@@ -9,6 +9,7 @@ its sentences' vectors, so pairs cost no model call).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -43,13 +44,37 @@ def point_text(point: Point) -> str:
     return point.text if not point.concepts else f"{point.text} ({', '.join(point.concepts)})"
 
 
+_META_RE = re.compile(
+    r"^(?:says|claims|states|assumes|believes|thinks|suggests|proposes|uses|reads|treats|"
+    r"presents|accepts|argues|insists|recommends)(?:\s+that)?\s+",
+    re.IGNORECASE,
+)
+_FIRST_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
+_OR_RE = re.compile(r",?\s+or\s+(?:that\s+)?", re.IGNORECASE)
+
+
+def red_flag_statements(text: str) -> list[str]:
+    """What a learner would say to commit a red flag: "Claims X, or that Y. (why)" ->
+    ["X, or that Y", "X", "Y"] (the description's first sentence, without the verb)."""
+    first = _FIRST_SENTENCE_RE.split(text.strip())[0].rstrip(".")
+    stated = _META_RE.sub("", first)
+    stated = stated[:1].upper() + stated[1:]
+    parts = [p for p in _OR_RE.split(stated) if len(split.words(p)) >= 3]
+    return list(dict.fromkeys([stated, *(parts if len(parts) > 1 else [])]))
+
+
 def positives(point: Point) -> list[str]:
+    """The texts that make a point true (for a red flag: the statements that commit it)."""
+    if point.penalty:
+        return [point_text(point), *red_flag_statements(point.text), *point.claims]
     return [point_text(point), *point.claims]
 
 
 def negatives(point: Point, points: Sequence[Point]) -> list[str]:
     """A point's contradictions; the red flags of the question join an ordinary point's."""
-    red_flags = [] if point.penalty else [p.text for p in points if p.penalty and p is not point]
+    red_flags = [] if point.penalty else [
+        s for p in points if p.penalty and p is not point for s in red_flag_statements(p.text)
+    ]
     return [*point.contradictions, *red_flags]
 
 

@@ -19,7 +19,13 @@ import numpy as np
 from trainer.grading.rubric import numbers, terms
 from trainer.grading.rubric.params import Thresholds
 from trainer.grading.rubric.point import Point
-from trainer.grading.rubric.retrieve import STUFFED, Retrieval, Unit, positives
+from trainer.grading.rubric.retrieve import (
+    STUFFED,
+    Retrieval,
+    Unit,
+    positives,
+    red_flag_statements,
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,8 @@ def point_terms(point: Point) -> PointTerms:
         groups = [terms.parse_term(t) for t in point.key_terms]
         labels = [t.split("|")[0].strip() for t in point.key_terms]
     else:
-        groups = terms.content_terms(" ".join([point.text, *point.claims[:1]]))
+        text = red_flag_statements(point.text)[0] if point.penalty else point.text
+        groups = terms.content_terms(" ".join([text, *point.claims[:1]]))
         labels = [g[0][0] for g in groups]
     claim_tags = [terms.tagged_words(t) for t in positives(point)]
     expected = []
@@ -122,8 +129,9 @@ def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
         not stuffed and pos >= limit and pos - neg >= t.margin and share >= required - 1e-9
         and not negated and numbers_ok
     )  # fmt: skip
+    wrong_number = status is numbers.Status.WRONG and len(unit.parts) == 1
     contradicted = not point.penalty and not verified and (
-        (pos >= t.retrieve and status is numbers.Status.WRONG)
+        (pos >= t.verify_floor and wrong_number and share >= required - 1e-9)
         or (pos >= t.retrieve and negated and share >= required - 1e-9)
         or (not stuffed and neg >= t.contra_floor and neg - pos >= t.contra_margin
             and share >= required - 1e-9)
@@ -154,8 +162,9 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
     for k, f in found:
         if f.verified:
             return Decision("hit", k, f, "", True, best_pos)
+    right_number = any(f.numbers is numbers.Status.OK for _, f in found)
     for k, f in found:
-        if f.contradicted:
+        if f.contradicted and not (right_number and f.numbers is numbers.Status.WRONG):
             return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
                             True, best_pos)  # fmt: skip
     top = int(order[0])
