@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -110,8 +111,11 @@ def resolve_number(spec: str | Mapping[str, Any], scope: Mapping[str, object]) -
         raise ExpressionError(
             f"the unit is {unit!r} ({describe_dimension(unit)}) but the expression yields {got}"
         )
+    magnitude = float(value.to(parse_unit(unit)).magnitude)
+    if not math.isfinite(magnitude):
+        raise ExpressionError(f"{spec!r} is not a finite number")
     return {
-        "value": float(value.to(parse_unit(unit)).magnitude),
+        "value": magnitude,
         "unit": unit,
         "tol": parse_tol(tol),
         "label": label,
