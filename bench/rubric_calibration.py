@@ -236,18 +236,30 @@ def fit_calibration(cases, points, retrievals, thresholds):
     from trainer.grading.rubric import estimate, params, verify
 
     xs, ys = [], []
+    rates: dict[str, list[int]] = {"contradicted": [], "stuffed": []}
     for case, r in zip(cases, retrievals, strict=True):
         for i, point in enumerate(points[case.slug]):
             if point.penalty:
                 continue
             d = verify.decide(i, point, r, thresholds)
+            credited_by_expert = int(i in case.expert)
+            kind = estimate.kind(d)
+            if kind != "model":
+                rates[kind].append(credited_by_expert)
+                continue
             xs.append(estimate.features(d, bool(point.key_terms)))
-            ys.append(int(i in case.expert))
+            ys.append(credited_by_expert)
     model = LogisticRegression(C=1.0, max_iter=2000).fit(xs, ys)
+
+    def rate(values: list[int]) -> float:  # Laplace-smoothed share credited
+        return round((sum(values) + 1) / (len(values) + 2), 4)
+
     return params.Calibration(
         estimate.FEATURES,
         tuple(round(float(c), 4) for c in model.coef_[0]),
         round(float(model.intercept_[0]), 4),
+        rate(rates["contradicted"]),
+        rate(rates["stuffed"]),
     )
 
 
@@ -257,9 +269,11 @@ GRID = {
     "margin": [-0.05, 0.0, 0.03, 0.06],
     "contra_floor": [0.5, 0.55, 0.6, 0.7],
     "contra_margin": [0.0, 0.04, 0.08, 0.12],
+    "strong_contra": [0.75, 0.8, 0.85, 0.9, 1.01],
     "key_share": [0.34, 0.5, 0.75, 1.0],
     "plain_share": [0.2, 0.3, 0.4, 0.5],
-    "penalty_sim": [0.5, 0.55, 0.6, 0.65, 0.7, 0.75],
+    "stuffed": [0.4, 0.5, 0.6, 0.75, 1.01],
+    "penalty_sim": [0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75],
     "off_topic": [0.3, 0.35, 0.4],
 }
 

@@ -132,3 +132,18 @@ def test_every_point_reports_estimate_attempted_and_rubric_version():
         assert 0.0 <= p["estimate"] <= 1.0
         assert isinstance(p["attempted"], bool) and len(p["rubric_version"]) == 12
     assert result.as_dict()["grader_version"] == "2.0"
+
+
+def test_a_check_is_offered_for_an_attempted_unclear_or_contradicted_point_only():
+    checked = Point(
+        KV.text, KV.weight, claims=KV.claims, key_terms=KV.key_terms, expects=KV.expects,
+        check={"kind": "choice", "ask": "Which heads set the KV size?", "answer": "KV heads",
+               "options": ["attention heads", "query heads"]},
+    )  # fmt: skip
+    wrong = grade("Per token, the KV cache of this model takes 512 KiB.", [checked]).points[0]
+    assert wrong.verdict == "contradicted"
+    assert wrong.check["kind"] == "choice" and "answer" not in wrong.check
+    assert sorted(wrong.check["options"]) == ["KV heads", "attention heads", "query heads"]
+    right = grade("Per token, the KV cache of this model takes 320 KiB.", [checked]).points[0]
+    unrelated = grade("We autoscale the web tier on CPU above sixty percent.", [checked])
+    assert right.check is None and unrelated.points[0].check is None

@@ -3,7 +3,7 @@
 Quantities are parsed with the trainer's pint registry (questions/expressions.py), so
 "10 GiB" and "10.7 GB" compare by value and GB != GiB. A stated number is compared with an
 expectation of the same dimension; one within the tolerance matches, one off by up to
-`WINDOW`x is a wrong value for that expectation (farther off, it is some other quantity);
+`WINDOW`x (512 vs 128 KiB is 4x) is a wrong value for that expectation (farther off, it is some other quantity);
 for plain counts only a match counts (answers are full of other counts).
 """
 
@@ -17,7 +17,7 @@ from enum import Enum
 
 from questions import expressions
 
-WINDOW = 3.0  # a same-dimension number within 3x of the expectation is an attempt at it
+WINDOW = 4.5  # a same-dimension number within 4.5x of the expectation is an attempt at it
 DEFAULT_TOL = 0.10
 _ALLOWED_DIMS = {"[information]", "[time]", "[token]", "[flop]", "[currency]", "[request]"}
 _MULTIPLIERS = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "bn": 1e9, "T": 1e12}

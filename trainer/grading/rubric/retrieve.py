@@ -18,9 +18,6 @@ import numpy as np
 from trainer.grading.rubric import encoder, numbers, split, terms
 from trainer.grading.rubric.point import Point
 
-STUFFED = 0.5  # from this stuffing level on, a unit is a list of terms, not a claim
-
-
 @dataclass(frozen=True)
 class Unit:
     text: str
@@ -100,6 +97,16 @@ def _term_words(points: Sequence[Point]) -> list[str]:
     return out
 
 
+def _members(parts: list[tuple[str, ...]]) -> list[list[int]]:
+    """Per unit, the other units inside it: a pair's sentences, a sentence's clauses."""
+    index = {p: k for k, p in enumerate(parts) if len(p) == 1}
+    out = []
+    for part in parts:
+        inside = [k for q, k in index.items() if q != part and q[0] in " ".join(part)]
+        out.append(inside)
+    return out
+
+
 def units_of(answer: str) -> tuple[list[tuple[str, ...]], list[tuple[int, int]]]:
     """The units' parts (sentences, then clauses) and the adjacent sentence pairs."""
     sentences = split.split_sentences(answer)
@@ -144,8 +151,7 @@ def retrieve(answer: str, points: Sequence[Point], prompt: str = "") -> Retrieva
         pos[i], best[i] = sims.max(axis=0), sims.argmax(axis=0)
         if wrong[i]:
             neg[i] = (np.stack([known[t] for t in wrong[i]]) @ vectors.T).max(axis=0)
-    for k, part in enumerate(parts):  # a pair is as wrong as its wrongest sentence
-        if len(part) > 1:
-            members = [parts.index((s,)) for s in part]
+    for k, members in enumerate(_members(parts)):  # as wrong as its wrongest clause
+        if members:
             neg[:, k] = np.maximum(neg[:, k], neg[:, members].max(axis=1))
     return Retrieval(units, pos, neg, best)

@@ -20,7 +20,6 @@ from trainer.grading.rubric import numbers, terms
 from trainer.grading.rubric.params import Thresholds
 from trainer.grading.rubric.point import Point
 from trainer.grading.rubric.retrieve import (
-    STUFFED,
     Retrieval,
     Unit,
     positives,
@@ -42,6 +41,8 @@ class Facts:
     verified: bool
     contradicted: bool
     missing: tuple[str, ...] = ()  # terms not carried (for the reason)
+    negated_any: bool = False  # some term is negated somewhere in the unit
+    stuffed: bool = False  # the unit is a list of terms rather than a statement
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class Raw:
     status: numbers.Status
     reason: str
     missing: tuple[str, ...]
+    negated_any: bool
 
 
 def raw_facts(pt: PointTerms, unit: Unit) -> Raw:
@@ -111,7 +113,11 @@ def raw_facts(pt: PointTerms, unit: Unit) -> Raw:
     share = sum(present) / len(present) if present else 1.0
     status, reason = numbers.check(unit.stated, pt.expects)
     missing = tuple(lab for lab, p in zip(pt.labels, present, strict=True) if not p)
-    return Raw(share, opposite, agree, status, reason, missing)
+    negated_any = any(
+        e is terms.Polarity.POSITIVE and terms.negated_somewhere(g, unit.tagged)
+        for g, e in zip(pt.groups, pt.expected, strict=True)
+    )
+    return Raw(share, opposite, agree, status, reason, missing, negated_any)
 
 
 def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
@@ -120,7 +126,7 @@ def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
     share, status = raw.share, raw.status
     negated = raw.opposite > 0 and (pt.keyed or raw.opposite >= raw.agree)
     required = t.key_share if pt.keyed else t.plain_share
-    stuffed = unit.stuffing >= STUFFED
+    stuffed = unit.stuffing >= t.stuffed
     limit = t.penalty_sim if point.penalty else t.verify_floor
     numbers_ok = status is not numbers.Status.WRONG and not (
         t.numbers_required and pt.expects and status is numbers.Status.NONE and not point.penalty
@@ -137,7 +143,7 @@ def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
             and share >= required - 1e-9)
     )
     return Facts(pos, neg, share, negated, status, raw.reason, unit.stuffing, bool(verified),
-                 bool(contradicted), raw.missing)  # fmt: skip
+                 bool(contradicted), raw.missing, raw.negated_any, stuffed)  # fmt: skip
 
 
 def _facts(i: int, k: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresholds) -> Facts:
@@ -159,6 +165,10 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
     found = [(int(k), _facts(i, int(k), point, pt, r, t))
              for k in order if pos[k] >= t.retrieve or neg[k] >= t.contra_floor]  # fmt: skip
     attempted = best_pos >= t.retrieve
+    for k, f in found:  # stating a known wrong version outweighs a right sentence elsewhere
+        if f.contradicted and f.neg >= t.strong_contra and f.neg - f.pos >= t.contra_margin:
+            return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
+                            True, best_pos)  # fmt: skip
     for k, f in found:
         if f.verified:
             return Decision("hit", k, f, "", True, best_pos)
@@ -184,7 +194,7 @@ def _contradiction_reason(point: Point, f: Facts, r: Retrieval, i: int, k: int) 
 
 
 def _unclear_reason(pt: PointTerms, f: Facts, t: Thresholds) -> str:
-    if f.stuffing >= STUFFED:
+    if f.stuffed:
         return "Your sentence names the terms but does not say how they connect."
     if f.missing and pt.keyed:
         return "Not verified: your sentence does not mention " + ", ".join(f.missing) + "."
