@@ -22,9 +22,12 @@ FEATURES = (
     "number_wrong",
     "stuffing",
     "keyed",  # the point has authored key terms
+    "negated_any",  # a term of the point is negated somewhere in the evidence
+    "neg",  # closeness of the evidence to the nearest contradiction
 )
 # Until tuned: a hit is likely credited, an unclear point somewhat, the rest not.
-_FALLBACK = Calibration(FEATURES, (4.0, 2.0, 1.0, 2.0, -2.0, 0.5, -1.0, -1.0, 0.0), -3.0)
+_FALLBACK = Calibration(FEATURES, (4.0, 2.0, 1.0, 2.0, -2.0, 0.5, -1.0, -1.0, 0.0, -0.5, 0.0), -3.0)
+# (the fallback only serves until tuned.json exists; tests run with tuned.json)
 
 
 def features(d: Decision, keyed: bool) -> list[float]:
@@ -41,7 +44,27 @@ def features(d: Decision, keyed: bool) -> list[float]:
         float(f.numbers is numbers.Status.WRONG),
         f.stuffing,
         float(keyed),
+        float(f.negated_any),
+        max(f.neg, 0.0),
     ]
+
+
+def estimate(d: Decision, keyed: bool, calibration: Calibration) -> float:
+    """P(an expert credits the point) given what the stages found."""
+    if d.verdict == "contradicted":
+        return calibration.contradicted_rate
+    if d.verdict != "hit" and d.facts is not None and d.facts.stuffed:
+        return calibration.stuffed_rate
+    return probability(features(d, keyed), calibration)
+
+
+def kind(d: Decision) -> str:
+    """Which estimate applies: 'contradicted', 'stuffed' or 'model' (the logistic)."""
+    if d.verdict == "contradicted":
+        return "contradicted"
+    if d.verdict != "hit" and d.facts is not None and d.facts.stuffed:
+        return "stuffed"
+    return "model"
 
 
 def probability(x: list[float], calibration: Calibration) -> float:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from trainer.grading.registry import Grader
 from trainer.grading.rubric import estimate, params, retrieve, score, verify
-from trainer.grading.rubric.point import Point, PointResult, RubricResult
+from trainer.grading.rubric.point import Point, PointResult, RubricResult, public_check
 
 
 def evaluate(
@@ -21,9 +21,10 @@ def evaluate(
     for i, point in enumerate(points):
         d = verify.decide(i, point, r, p.thresholds)
         keyed = bool(point.key_terms)
-        prob = estimate.probability(estimate.features(d, keyed), p.calibration)
+        prob = estimate.estimate(d, keyed, p.calibration)
         if d.verdict == "missed" and not point.penalty:
             prob = min(prob, 0.5)  # nothing in the answer is about it
+        version = point.with_version().rubric_version
         unit = r.units[d.unit] if d.unit is not None and d.verdict != "missed" else None
         results.append(
             PointResult(
@@ -32,8 +33,8 @@ def evaluate(
                 weight=point.weight, evidence_parts=unit.parts if unit else (),
                 verdict=d.verdict, estimate=round(prob, 4), decided_by="verify" if d.verdict
                 == "hit" else "estimate", reason=d.reason, attempted=d.attempted,
-                text=point.text, rubric_version=point.with_version().rubric_version,
-                check=point.check,
+                text=point.text, rubric_version=version, check=public_check(point.check,
+                version) if d.attempted and d.verdict in ("unclear", "contradicted") else None,
             )  # fmt: skip
         )
     flags = list(r.flags)

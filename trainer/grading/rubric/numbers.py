@@ -3,7 +3,8 @@
 Quantities are parsed with the trainer's pint registry (questions/expressions.py), so
 "10 GiB" and "10.7 GB" compare by value and GB != GiB. A stated number is compared with an
 expectation of the same dimension; one within the tolerance matches, one off by up to
-`WINDOW`x is a wrong value for that expectation (farther off, it is some other quantity).
+`WINDOW`x (512 vs 128 KiB is 4x) is a wrong value for that expectation (farther off, it is some other quantity);
+for plain counts only a match counts (answers are full of other counts).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from enum import Enum
 
 from questions import expressions
 
-WINDOW = 4.0  # a same-dimension number within 4x of the expectation is an attempt at it
+WINDOW = 4.5  # a same-dimension number within 4.5x of the expectation is an attempt at it
 DEFAULT_TOL = 0.10
 _ALLOWED_DIMS = {"[information]", "[time]", "[token]", "[flop]", "[currency]", "[request]"}
 _MULTIPLIERS = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "bn": 1e9, "T": 1e12}
@@ -135,6 +136,11 @@ def _in(q: expressions.Quantity, expect: Expect) -> float | None:
         return None
 
 
+def _has_unit(expect: Expect) -> bool:
+    unit = _unit(expect.unit) if expect.unit else None
+    return unit is not None
+
+
 def check(stated: Sequence[Stated], expects: Sequence[Expect]) -> tuple[Status, str]:
     """Whether the numbers a sentence states agree with what the point expects, and the
     reason when one does not ("You said 512 KiB per token; this point expects ≈320 KiB.")."""
@@ -155,7 +161,7 @@ def check(stated: Sequence[Stated], expects: Sequence[Expect]) -> tuple[Status, 
                         closest = (off, s)
         if matched:
             status = Status.OK if status is not Status.WRONG else status
-        elif closest is not None:
+        elif closest is not None and _has_unit(expect):  # plain counts are too common
             label = f" for {expect.label}" if expect.label else ""
             return Status.WRONG, (
                 f"You said {closest[1].text}; this point expects {expect.text()}{label}."

@@ -20,8 +20,10 @@ class Thresholds:
     margin: float = 0.02  # closer to a claim than to every contradiction by this much
     contra_floor: float = 0.55  # a unit this close to a contradiction ...
     contra_margin: float = 0.05  # ... and closer to it than to the claims by this, contradicts
+    strong_contra: float = 0.85  # this close to a known wrong version outweighs any hit
     key_share: float = 1.0  # share of a point's key terms a verifying unit must carry
     plain_share: float = 0.34  # the same for a plain point's content words
+    stuffed: float = 0.5  # from this stuffing level on, a unit is a list of terms, not a claim
     penalty_sim: float = 0.70  # red flags need a confident match
     numbers_required: bool = True  # a point that expects numbers is verified only with one
     off_topic: float = 0.35  # no unit this close to any point: the answer is off topic
@@ -34,6 +36,10 @@ class Calibration:
     features: tuple[str, ...] = ()
     coefficients: tuple[float, ...] = ()
     intercept: float = 0.0
+    # Refuted or stuffed evidence is not a matter of degree: their estimate is the share of
+    # such points the experts credited on the tuning part.
+    contradicted_rate: float = 0.1
+    stuffed_rate: float = 0.1
 
 
 @dataclass(frozen=True)

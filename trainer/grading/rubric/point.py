@@ -73,6 +73,22 @@ class Point:
         return replace(self, rubric_version=digest[:12])
 
 
+def public_check(check: Mapping[str, Any] | None, seed: str) -> dict[str, Any] | None:
+    """What the learner sees of a point's check (never the answer): the question, its kind,
+    and for multiple choice the options in a fixed shuffled order (seeded by the point)."""
+    if not check or not check.get("ask"):
+        return None
+    kind = check.get("kind") or ("number" if check.get("number") is not None else "choice")
+    if kind == "number":
+        number = check.get("number") or {}
+        unit = number.get("unit", "") if isinstance(number, Mapping) else ""
+        return {"ask": check["ask"], "kind": "number", "unit": unit}
+    options = [str(check.get("answer", "")), *(str(o) for o in check.get("options") or ())]
+    options = sorted(dict.fromkeys(o for o in options if o),
+                     key=lambda o: hashlib.sha256(f"{seed}:{o}".encode()).hexdigest())  # fmt: skip
+    return {"ask": check["ask"], "kind": "choice", "options": options}
+
+
 @dataclass(frozen=True)
 class PointResult:
     """The grader's verdict on one point. The first eight fields keep their old order."""

@@ -9,6 +9,7 @@ its sentences' vectors, so pairs cost no model call).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -16,9 +17,6 @@ import numpy as np
 
 from trainer.grading.rubric import encoder, numbers, split, terms
 from trainer.grading.rubric.point import Point
-
-STUFFED = 0.5  # from this stuffing level on, a unit is a list of terms, not a claim
-
 
 @dataclass(frozen=True)
 class Unit:
@@ -36,19 +34,44 @@ class Retrieval:
     neg: np.ndarray  # points x units: max cosine to its contradictions (-1 without any)
     claim_index: np.ndarray  # points x units: which positive text is closest (0 = the text)
     flags: tuple[str, ...] = field(default=())
+    memo: dict = field(default_factory=dict, compare=False, repr=False)  # verify's raw facts
 
 
 def point_text(point: Point) -> str:
     return point.text if not point.concepts else f"{point.text} ({', '.join(point.concepts)})"
 
 
+_META_RE = re.compile(
+    r"^(?:says|claims|states|assumes|believes|thinks|suggests|proposes|uses|reads|treats|"
+    r"presents|accepts|argues|insists|recommends)(?:\s+that)?\s+",
+    re.IGNORECASE,
+)
+_FIRST_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
+_OR_RE = re.compile(r",?\s+or\s+(?:that\s+)?", re.IGNORECASE)
+
+
+def red_flag_statements(text: str) -> list[str]:
+    """What a learner would say to commit a red flag: "Claims X, or that Y. (why)" ->
+    ["X, or that Y", "X", "Y"] (the description's first sentence, without the verb)."""
+    first = _FIRST_SENTENCE_RE.split(text.strip())[0].rstrip(".")
+    stated = _META_RE.sub("", first)
+    stated = stated[:1].upper() + stated[1:]
+    parts = [p for p in _OR_RE.split(stated) if len(split.words(p)) >= 3]
+    return list(dict.fromkeys([stated, *(parts if len(parts) > 1 else [])]))
+
+
 def positives(point: Point) -> list[str]:
+    """The texts that make a point true (for a red flag: the statements that commit it)."""
+    if point.penalty:
+        return [point_text(point), *red_flag_statements(point.text), *point.claims]
     return [point_text(point), *point.claims]
 
 
 def negatives(point: Point, points: Sequence[Point]) -> list[str]:
     """A point's contradictions; the red flags of the question join an ordinary point's."""
-    red_flags = [] if point.penalty else [p.text for p in points if p.penalty and p is not point]
+    red_flags = [] if point.penalty else [
+        s for p in points if p.penalty and p is not point for s in red_flag_statements(p.text)
+    ]
     return [*point.contradictions, *red_flags]
 
 
@@ -71,6 +94,16 @@ def _term_words(points: Sequence[Point]) -> list[str]:
     out = [c for p in points for c in p.concepts]
     for p in points:
         out += [alt.strip() for term in p.key_terms for alt in term.split("|")]
+    return out
+
+
+def _members(parts: list[tuple[str, ...]]) -> list[list[int]]:
+    """Per unit, the other units inside it: a pair's sentences, a sentence's clauses."""
+    index = {p: k for k, p in enumerate(parts) if len(p) == 1}
+    out = []
+    for part in parts:
+        inside = [k for q, k in index.items() if q != part and q[0] in " ".join(part)]
+        out.append(inside)
     return out
 
 
@@ -118,8 +151,7 @@ def retrieve(answer: str, points: Sequence[Point], prompt: str = "") -> Retrieva
         pos[i], best[i] = sims.max(axis=0), sims.argmax(axis=0)
         if wrong[i]:
             neg[i] = (np.stack([known[t] for t in wrong[i]]) @ vectors.T).max(axis=0)
-    for k, part in enumerate(parts):  # a pair is as wrong as its wrongest sentence
-        if len(part) > 1:
-            members = [parts.index((s,)) for s in part]
+    for k, members in enumerate(_members(parts)):  # as wrong as its wrongest clause
+        if members:
             neg[:, k] = np.maximum(neg[:, k], neg[:, members].max(axis=1))
     return Retrieval(units, pos, neg, best)

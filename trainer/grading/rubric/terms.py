@@ -104,6 +104,11 @@ def polarity(term: Sequence[Sequence[str]], tagged: Sequence[tuple[str, bool]]) 
     return Polarity.NEGATED if all(seen) else Polarity.POSITIVE
 
 
+def negated_somewhere(term: Sequence[Sequence[str]], tagged: Sequence[tuple[str, bool]]) -> bool:
+    """Whether any mention of the term is inside a negated span."""
+    return any(neg for alt in term for neg in _occurrences(alt, tagged))
+
+
 def is_negated(text: str) -> bool:
     """Whether any word of the text is inside a negated span."""
     return any(neg for _, neg in tagged_words(text))

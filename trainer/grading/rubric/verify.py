@@ -19,7 +19,12 @@ import numpy as np
 from trainer.grading.rubric import numbers, terms
 from trainer.grading.rubric.params import Thresholds
 from trainer.grading.rubric.point import Point
-from trainer.grading.rubric.retrieve import STUFFED, Retrieval, Unit, positives
+from trainer.grading.rubric.retrieve import (
+    Retrieval,
+    Unit,
+    positives,
+    red_flag_statements,
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class Facts:
     verified: bool
     contradicted: bool
     missing: tuple[str, ...] = ()  # terms not carried (for the reason)
+    negated_any: bool = False  # some term is negated somewhere in the unit
+    stuffed: bool = False  # the unit is a list of terms rather than a statement
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,8 @@ def point_terms(point: Point) -> PointTerms:
         groups = [terms.parse_term(t) for t in point.key_terms]
         labels = [t.split("|")[0].strip() for t in point.key_terms]
     else:
-        groups = terms.content_terms(" ".join([point.text, *point.claims[:1]]))
+        text = red_flag_statements(point.text)[0] if point.penalty else point.text
+        groups = terms.content_terms(" ".join([text, *point.claims[:1]]))
         labels = [g[0][0] for g in groups]
     claim_tags = [terms.tagged_words(t) for t in positives(point)]
     expected = []
@@ -84,17 +92,41 @@ def point_terms(point: Point) -> PointTerms:
     )  # fmt: skip
 
 
-def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
-          t: Thresholds) -> Facts:  # fmt: skip
+@dataclass(frozen=True)
+class Raw:
+    """What a unit says about a point before any threshold: terms, negation, numbers."""
+
+    share: float
+    opposite: int
+    agree: int
+    status: numbers.Status
+    reason: str
+    missing: tuple[str, ...]
+    negated_any: bool
+
+
+def raw_facts(pt: PointTerms, unit: Unit) -> Raw:
     seen = [terms.polarity(g, unit.tagged) for g in pt.groups]
     present = [s is not terms.Polarity.ABSENT for s in seen]
     agree = sum(s is e for s, e in zip(seen, pt.expected, strict=True))
     opposite = sum(p and s is not e for p, s, e in zip(present, seen, pt.expected, strict=True))
     share = sum(present) / len(present) if present else 1.0
-    negated = opposite > 0 and (pt.keyed or opposite >= agree)
-    required = t.key_share if pt.keyed else t.plain_share
     status, reason = numbers.check(unit.stated, pt.expects)
-    stuffed = unit.stuffing >= STUFFED
+    missing = tuple(lab for lab, p in zip(pt.labels, present, strict=True) if not p)
+    negated_any = any(
+        e is terms.Polarity.POSITIVE and terms.negated_somewhere(g, unit.tagged)
+        for g, e in zip(pt.groups, pt.expected, strict=True)
+    )
+    return Raw(share, opposite, agree, status, reason, missing, negated_any)
+
+
+def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
+          t: Thresholds, raw: Raw | None = None) -> Facts:  # fmt: skip
+    raw = raw or raw_facts(pt, unit)
+    share, status = raw.share, raw.status
+    negated = raw.opposite > 0 and (pt.keyed or raw.opposite >= raw.agree)
+    required = t.key_share if pt.keyed else t.plain_share
+    stuffed = unit.stuffing >= t.stuffed
     limit = t.penalty_sim if point.penalty else t.verify_floor
     numbers_ok = status is not numbers.Status.WRONG and not (
         t.numbers_required and pt.expects and status is numbers.Status.NONE and not point.penalty
@@ -103,15 +135,22 @@ def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
         not stuffed and pos >= limit and pos - neg >= t.margin and share >= required - 1e-9
         and not negated and numbers_ok
     )  # fmt: skip
+    wrong_number = status is numbers.Status.WRONG and len(unit.parts) == 1
     contradicted = not point.penalty and not verified and (
-        (pos >= t.retrieve and status is numbers.Status.WRONG)
+        (pos >= t.verify_floor and wrong_number and share >= required - 1e-9)
         or (pos >= t.retrieve and negated and share >= required - 1e-9)
         or (not stuffed and neg >= t.contra_floor and neg - pos >= t.contra_margin
             and share >= required - 1e-9)
     )
-    missing = tuple(lab for lab, p in zip(pt.labels, present, strict=True) if not p)
-    return Facts(pos, neg, share, negated, status, reason, unit.stuffing, verified,
-                 contradicted, missing)  # fmt: skip
+    return Facts(pos, neg, share, negated, status, raw.reason, unit.stuffing, bool(verified),
+                 bool(contradicted), raw.missing, raw.negated_any, stuffed)  # fmt: skip
+
+
+def _facts(i: int, k: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresholds) -> Facts:
+    raw = r.memo.get((i, k))
+    if raw is None:
+        raw = r.memo[(i, k)] = raw_facts(pt, r.units[k])
+    return facts(point, pt, r.units[k], float(r.pos[i][k]), float(r.neg[i][k]), t, raw)
 
 
 def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
@@ -123,19 +162,23 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
     pos, neg = r.pos[i], r.neg[i]
     best_pos = float(pos.max())
     order = np.argsort(-pos)
-    found = [(int(k), facts(point, pt, r.units[k], float(pos[k]), float(neg[k]), t))
+    found = [(int(k), _facts(i, int(k), point, pt, r, t))
              for k in order if pos[k] >= t.retrieve or neg[k] >= t.contra_floor]  # fmt: skip
     attempted = best_pos >= t.retrieve
+    for k, f in found:  # stating a known wrong version outweighs a right sentence elsewhere
+        if f.contradicted and f.neg >= t.strong_contra and f.neg - f.pos >= t.contra_margin:
+            return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
+                            True, best_pos)  # fmt: skip
     for k, f in found:
         if f.verified:
             return Decision("hit", k, f, "", True, best_pos)
+    right_number = any(f.numbers is numbers.Status.OK for _, f in found)
     for k, f in found:
-        if f.contradicted:
+        if f.contradicted and not (right_number and f.numbers is numbers.Status.WRONG):
             return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
                             True, best_pos)  # fmt: skip
     top = int(order[0])
-    f = found[0][1] if found and found[0][0] == top else facts(
-        point, pt, r.units[top], float(pos[top]), float(neg[top]), t)
+    f = found[0][1] if found and found[0][0] == top else _facts(i, top, point, pt, r, t)
     if point.penalty or not attempted:
         return Decision("missed", top if attempted else None, f, "", attempted, best_pos)
     return Decision("unclear", top, f, _unclear_reason(pt, f, t), True, best_pos)
@@ -151,7 +194,7 @@ def _contradiction_reason(point: Point, f: Facts, r: Retrieval, i: int, k: int) 
 
 
 def _unclear_reason(pt: PointTerms, f: Facts, t: Thresholds) -> str:
-    if f.stuffing >= STUFFED:
+    if f.stuffed:
         return "Your sentence names the terms but does not say how they connect."
     if f.missing and pt.keyed:
         return "Not verified: your sentence does not mention " + ", ".join(f.missing) + "."
