@@ -34,6 +34,7 @@ _STOPWORDS = set(
     "under only just both either which what when where who how why there their they them "
     "we you your our i he she his her one two three".split()
 )
+FUNCTION_WORDS = frozenset(_STOPWORDS)
 _META_WORDS = set(
     "says say said mentions mention explains explain explained notes note states state "
     "names name gives give points point out uses use using recognises recognizes knows "
