@@ -226,7 +226,7 @@ def objective(m: dict) -> float:
     order = m["ordered"] / m["ordered_of"] if m["ordered_of"] else 0.0
     caught = m["caught"] / m["contradictions"] if m["contradictions"] else 0.0
     wrong = max(0.0, m["mean"]["on-topic-wrong"] - 0.2) + max(0.0, m["mean"]["off"] - 0.1)
-    return m["agreement"] + 0.25 * order + 0.1 * caught - 0.5 * wrong
+    return m["agreement"] + 0.25 * order + 0.2 * caught - 0.5 * wrong
 
 
 def fit_calibration(cases, points, retrievals, thresholds):
@@ -272,7 +272,7 @@ GRID = {
     "strong_contra": [0.75, 0.8, 0.85, 0.9, 1.01],
     "key_share": [0.34, 0.5, 0.75, 1.0],
     "plain_share": [0.2, 0.3, 0.4, 0.5],
-    "stuffed": [0.4, 0.5, 0.6, 0.75, 1.01],
+    "stuffed": [0.2, 0.25, 0.3, 0.4, 1.01],
     "penalty_sim": [0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75],
     "off_topic": [0.3, 0.35, 0.4],
 }
@@ -288,7 +288,7 @@ def tune(cases, points, retrievals, rounds: int = 2, log=print):
         m = metrics(cases, points, results_of(cases, points, retrievals, p))
         return objective(m), p, m
 
-    best = run(params.Thresholds())
+    best = run(params.load().thresholds)  # warm start from the last tuning
     for _ in range(rounds):
         for name, values in GRID.items():
             for value in values:

@@ -254,8 +254,17 @@ def _question_apply(question: Question, data: dict[str, Any]) -> None:
         row["expression"] = str(row["expression"])
         row["integer"] = row["integer"] or ""
         step_rows.append(row)
+    existing = list(problem.steps.all())
+    if [s.name for s in existing[: len(step_rows)]] != [r["name"] for r in step_rows][
+        : len(existing)
+    ]:
+        # Names move between rows (a step dropped or reordered): free them first, or the
+        # in-place update trips the unique (problem, name) constraint.
+        for step in existing:
+            step.name = f"~{step.pk}"
+        Step.objects.bulk_update(existing, ["name"])
     steps = _sync_ordered(
-        list(problem.steps.all()),
+        existing,
         step_rows,
         lambda **kw: Step.objects.create(problem=problem, **kw),
     )

@@ -36,11 +36,19 @@ def test_negation_cues_negate_the_term(text):
     assert pol("compute-bound", text) is Polarity.NEGATED
 
 
-def test_negation_stops_at_the_clause_boundary():
-    text = "Decode is not limited by FLOPs, but it is memory-bound"
-    assert pol("FLOP", text) is Polarity.NEGATED
-    assert pol("memory-bound", text) is Polarity.POSITIVE
-    assert pol("decode", text) is Polarity.POSITIVE  # before the cue
+def test_negation_covers_its_clause_and_stops_at_the_boundary():
+    text = "Routing does not need to be cache-aware, but the cache key needs the precision"
+    assert pol("routing", text) is Polarity.NEGATED  # the clause's subject too
+    assert pol("cache key", text) is Polarity.POSITIVE
+    assert pol("precision", text) is Polarity.POSITIVE
+
+
+def test_rather_than_and_without_negate_only_what_follows():
+    text = "use chunked prefill rather than disaggregation"
+    assert pol("chunked prefill", text) is Polarity.POSITIVE
+    assert pol("disaggregation", text) is Polarity.NEGATED
+    assert pol("TTFT", "it bounds TPOT without hurting TTFT") is Polarity.NEGATED
+    assert pol("TPOT", "it bounds TPOT without hurting TTFT") is Polarity.POSITIVE
 
 
 def test_a_correction_after_not_negates_only_the_wrong_part():

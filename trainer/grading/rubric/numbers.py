@@ -141,10 +141,10 @@ def _has_unit(expect: Expect) -> bool:
     return unit is not None
 
 
-def check(stated: Sequence[Stated], expects: Sequence[Expect]) -> tuple[Status, str]:
-    """Whether the numbers a sentence states agree with what the point expects, and the
-    reason when one does not ("You said 512 KiB per token; this point expects ≈320 KiB.")."""
-    status, reason = Status.NONE, ""
+def check_each(stated: Sequence[Stated], expects: Sequence[Expect]) -> list[tuple[Status, str]]:
+    """Per expectation: whether the stated numbers match it, miss it (with the reason:
+    "You said 512 KiB per token; this point expects ≈320 KiB."), or say nothing about it."""
+    out = []
     for expect in expects:
         closest: tuple[float, Stated] | None = None
         matched = False
@@ -160,10 +160,21 @@ def check(stated: Sequence[Stated], expects: Sequence[Expect]) -> tuple[Status, 
                     if closest is None or off < closest[0]:
                         closest = (off, s)
         if matched:
-            status = Status.OK if status is not Status.WRONG else status
+            out.append((Status.OK, ""))
         elif closest is not None and _has_unit(expect):  # plain counts are too common
             label = f" for {expect.label}" if expect.label else ""
-            return Status.WRONG, (
-                f"You said {closest[1].text}; this point expects {expect.text()}{label}."
-            )
-    return status, reason
+            out.append((Status.WRONG,
+                        f"You said {closest[1].text}; this point expects {expect.text()}{label}."))
+        else:
+            out.append((Status.NONE, ""))
+    return out
+
+
+def check(stated: Sequence[Stated], expects: Sequence[Expect]) -> tuple[Status, str]:
+    """All expectations at once: WRONG (with its reason) if any is missed, OK if any
+    matches, NONE otherwise."""
+    each = check_each(stated, expects)
+    for status, reason in each:
+        if status is Status.WRONG:
+            return status, reason
+    return (Status.OK if any(s is Status.OK for s, _ in each) else Status.NONE), ""

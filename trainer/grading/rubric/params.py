@@ -23,7 +23,7 @@ class Thresholds:
     strong_contra: float = 0.85  # this close to a known wrong version outweighs any hit
     key_share: float = 1.0  # share of a point's key terms a verifying unit must carry
     plain_share: float = 0.34  # the same for a plain point's content words
-    stuffed: float = 0.5  # from this stuffing level on, a unit is a list of terms, not a claim
+    stuffed: float = 0.3  # from this stuffing level on, a unit is a list of terms, not a claim
     penalty_sim: float = 0.70  # red flags need a confident match
     numbers_required: bool = True  # a point that expects numbers is verified only with one
     off_topic: float = 0.35  # no unit this close to any point: the answer is off topic

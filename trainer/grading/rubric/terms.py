@@ -34,6 +34,7 @@ _STOPWORDS = set(
     "under only just both either which what when where who how why there their they them "
     "we you your our i he she his her one two three".split()
 )
+FUNCTION_WORDS = frozenset(_STOPWORDS)
 _META_WORDS = set(
     "says say said mentions mention explains explain explained notes note states state "
     "names name gives give points point out uses use using recognises recognizes knows "
@@ -49,15 +50,28 @@ class Polarity(Enum):
     NEGATED = 2  # mentioned only inside negated spans
 
 
+_FORWARD_ONLY = {"without"}  # "bounds TPOT without hurting TTFT": only what follows
+
+
 def tagged_words(text: str) -> list[tuple[str, bool]]:
-    """(word, negated) for each word of `text`, hyphenated words split."""
+    """(word, negated) for each word of `text`, hyphenated words split. A cue such as
+    "not" or "never" negates its whole clause ("routing does not need to be cache-aware"
+    negates routing too); "rather than", "instead of" and "without" negate what follows."""
     tokens = _TOKEN_RE.findall(text.lower().replace("’", "'").replace("-", " "))
     out: list[tuple[str, bool]] = []
-    negated = False
+    clause: list[tuple[str, bool]] = []
+    whole = False  # the current clause has a clause-wide cue
+    negated = False  # forward scope of the latest cue
     skip = 0
+
+    def close() -> None:
+        out.extend((w, neg or whole) for w, neg in clause)
+        clause.clear()
+
     for i, tok in enumerate(tokens):
         if tok in _BOUNDARY_PUNCT or tok in _BOUNDARY_WORDS:
-            negated = False
+            close()
+            negated = whole = False
             if tok in _BOUNDARY_PUNCT:
                 continue
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
@@ -67,9 +81,13 @@ def tagged_words(text: str) -> list[tuple[str, bool]]:
             skip = 1
         elif (tok, nxt) in _TWO_WORD_NEGATORS:
             negated, skip = True, 1
-        elif tok in _NEGATORS or tok.endswith("n't"):
+            whole = whole or (tok, nxt) == ("no", "longer")
+        elif tok in _FORWARD_ONLY:
             negated = True
-        out.append((tok, negated))
+        elif tok in _NEGATORS or tok.endswith("n't"):
+            negated = whole = True
+        clause.append((tok, negated))
+    close()
     return out
 
 

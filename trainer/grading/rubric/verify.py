@@ -82,7 +82,7 @@ def point_terms(point: Point) -> PointTerms:
         neg_only = terms.Polarity.NEGATED in seen and terms.Polarity.POSITIVE not in seen
         expected.append(terms.Polarity.NEGATED if neg_only else terms.Polarity.POSITIVE)
     expects = point.expects or tuple(
-        numbers.Expect(float(s.quantity.magnitude), f"{s.quantity.units:~}")
+        numbers.Expect(float(s.quantity.magnitude), f"{s.quantity.units:~P}")
         for s in numbers.stated_numbers(point.text)
         if not s.quantity.dimensionless
     )
@@ -103,6 +103,7 @@ class Raw:
     reason: str
     missing: tuple[str, ...]
     negated_any: bool
+    each: tuple[tuple[numbers.Status, str], ...] = ()  # per expectation
 
 
 def raw_facts(pt: PointTerms, unit: Unit) -> Raw:
@@ -111,13 +112,14 @@ def raw_facts(pt: PointTerms, unit: Unit) -> Raw:
     agree = sum(s is e for s, e in zip(seen, pt.expected, strict=True))
     opposite = sum(p and s is not e for p, s, e in zip(present, seen, pt.expected, strict=True))
     share = sum(present) / len(present) if present else 1.0
+    each = numbers.check_each(unit.stated, pt.expects)
     status, reason = numbers.check(unit.stated, pt.expects)
     missing = tuple(lab for lab, p in zip(pt.labels, present, strict=True) if not p)
     negated_any = any(
         e is terms.Polarity.POSITIVE and terms.negated_somewhere(g, unit.tagged)
         for g, e in zip(pt.groups, pt.expected, strict=True)
     )
-    return Raw(share, opposite, agree, status, reason, missing, negated_any)
+    return Raw(share, opposite, agree, status, reason, missing, negated_any, tuple(each))
 
 
 def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
@@ -169,12 +171,15 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
         if f.contradicted and f.neg >= t.strong_contra and f.neg - f.pos >= t.contra_margin:
             return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
                             True, best_pos)  # fmt: skip
+    wrong = _wrong_number(i, point, pt, r, t, found)
+    if wrong is not None:
+        k, f, reason = wrong
+        return Decision("contradicted", k, f, reason, True, best_pos)
     for k, f in found:
         if f.verified:
             return Decision("hit", k, f, "", True, best_pos)
-    right_number = any(f.numbers is numbers.Status.OK for _, f in found)
     for k, f in found:
-        if f.contradicted and not (right_number and f.numbers is numbers.Status.WRONG):
+        if f.contradicted and f.numbers is not numbers.Status.WRONG:
             return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
                             True, best_pos)  # fmt: skip
     top = int(order[0])
@@ -182,6 +187,24 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
     if point.penalty or not attempted:
         return Decision("missed", top if attempted else None, f, "", attempted, best_pos)
     return Decision("unclear", top, f, _unclear_reason(pt, f, t), True, best_pos)
+
+
+def _wrong_number(i: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresholds,
+                  found: list[tuple[int, Facts]]) -> tuple[int, Facts, str] | None:  # fmt: skip
+    """A number the point expects, stated wrongly in a sentence about the point and stated
+    rightly nowhere in the answer: that refutes the point even beside a right sentence."""
+    if point.penalty or not pt.expects:
+        return None
+    required = t.key_share if pt.keyed else t.plain_share
+    for j in range(len(pt.expects)):
+        if any(r.memo[(i, k)].each[j][0] is numbers.Status.OK for k, _ in found):
+            continue
+        for k, f in found:
+            status, reason = r.memo[(i, k)].each[j]
+            if (status is numbers.Status.WRONG and len(r.units[k].parts) == 1
+                    and f.pos >= t.verify_floor and f.share >= required - 1e-9):  # fmt: skip
+                return k, f, reason
+    return None
 
 
 def _contradiction_reason(point: Point, f: Facts, r: Retrieval, i: int, k: int) -> str:
