@@ -9,6 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from trainer import objections, point_checks
+from trainer.scenario_views import scenario_context
 from trainer.selectors import own_attempt
 
 MAX_POSTED_CHECKS = 50
@@ -30,8 +31,6 @@ def _responses(request: HttpRequest) -> dict[int, str]:
 @login_required
 @require_POST
 def checks_submit(request: HttpRequest, attempt_id: int) -> HttpResponse:
-    from trainer.scenario_views import scenario_context
-
     attempt = own_attempt(request, attempt_id)
     try:
         if request.POST.get("skip"):
