@@ -18,8 +18,8 @@ def evaluate(
 ) -> RubricResult:
     """Verdicts, estimates and the score from a retrieval (cheap: no model call)."""
     results = []
-    for i, point in enumerate(points):
-        d = verify.decide(i, point, r, p.thresholds)
+    decisions = verify.decide_all(points, r, p.thresholds)
+    for i, (point, d) in enumerate(zip(points, decisions, strict=True)):
         keyed = bool(point.key_terms)
         prob = estimate.estimate(d, keyed, p.calibration)
         if d.verdict == "missed" and not point.penalty:

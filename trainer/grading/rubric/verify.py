@@ -155,9 +155,11 @@ def _facts(i: int, k: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresh
     return facts(point, pt, r.units[k], float(r.pos[i][k]), float(r.neg[i][k]), t, raw)
 
 
-def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
+def decide(i: int, point: Point, r: Retrieval, t: Thresholds,
+           honest: frozenset[str] = frozenset()) -> Decision:  # fmt: skip
     """The verdict on point `i`: hit if a unit verifies it, contradicted if one contradicts
-    it, unclear if one is about it, missed otherwise."""
+    it, unclear if one is about it, missed otherwise. A red flag is not hit by a unit made
+    of `honest` sentences (ones that verify an ordinary point: "if it were MHA, 2.5 MiB")."""
     if not r.units:
         return Decision("missed", None, None, "", False, 0.0)
     pt = point_terms(point)
@@ -176,7 +178,7 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
         k, f, reason = wrong
         return Decision("contradicted", k, f, reason, True, best_pos)
     for k, f in found:
-        if f.verified:
+        if f.verified and not (point.penalty and _inside(r.units[k].parts, honest)):
             return Decision("hit", k, f, "", True, best_pos)
     for k, f in found:
         if f.contradicted and f.numbers is not numbers.Status.WRONG:
@@ -230,4 +232,29 @@ def _unclear_reason(pt: PointTerms, f: Facts, t: Thresholds) -> str:
 
 
 def decide_all(points: Sequence[Point], r: Retrieval, t: Thresholds) -> list[Decision]:
-    return [decide(i, p, r, t) for i, p in enumerate(points)]
+    """Every point's decision; ordinary points first, so that red flags know which
+    sentences verified one of them."""
+    decisions: dict[int, Decision] = {}
+    honest: set[str] = set()
+    for i, p in enumerate(points):
+        if not p.penalty:
+            decisions[i] = decide(i, p, r, t)
+            honest.update(_verifying_parts(i, p, r, t))
+    for i, p in enumerate(points):
+        if p.penalty:
+            decisions[i] = decide(i, p, r, t, frozenset(honest))
+    return [decisions[i] for i in range(len(points))]
+
+
+def _inside(parts: Sequence[str], honest: frozenset[str]) -> bool:
+    """Whether a unit shares a sentence (or a clause of one) with the honest sentences."""
+    return any(part in h or h in part for part in parts for h in honest)
+
+
+def _verifying_parts(i: int, point: Point, r: Retrieval, t: Thresholds) -> set[str]:
+    pt = point_terms(point)
+    out: set[str] = set()
+    for k in np.flatnonzero(r.pos[i] >= t.verify_floor):
+        if _facts(i, int(k), point, pt, r, t).verified:
+            out.update(r.units[k].parts)
+    return out
