@@ -76,6 +76,22 @@ def _stepwise_view(item: MockItem) -> tuple[str, list[practice.StepView]]:
     return practice.prompt_html(context), practice.step_views(context, reveal=True)
 
 
+def _with_suggestions(item: MockItem, rubric: list[dict]) -> list[dict]:
+    """Each rubric row with the machine's verdict once the answer is graded (a suggestion
+    for the interviewer's tick, never the tick itself) and the point's check as a probe to
+    ask, with what passes."""
+    attempt = item.attempt
+    graded = attempt is not None and attempt.graded is not None
+    lines = [
+        practice.RubricLine(r["point"].text, r["point"].weight, r["point"].penalty) for r in rubric
+    ]
+    verdicts = practice.point_rows(attempt.result or {}, lines) if graded else [None] * len(rubric)
+    return [
+        r | {"suggestion": verdict, "probe": practice.check_spec(r["point"])}
+        for r, verdict in zip(rubric, verdicts, strict=True)
+    ]
+
+
 @login_required
 def interviewer_page(request: HttpRequest, mock_id: int) -> HttpResponse:
     mock = _interviewed_mock(request, mock_id)
@@ -107,6 +123,8 @@ def interviewer_page(request: HttpRequest, mock_id: int) -> HttpResponse:
                 ],
             }
         )
+    for row in rows:
+        row["rubric"] = _with_suggestions(row["item"], row["rubric"])
     return render(
         request,
         "mock/interviewer.html",

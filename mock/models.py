@@ -95,6 +95,8 @@ class FollowUpAnswer(models.Model):
     answer = models.TextField(blank=True)
     submitted = models.DateTimeField(null=True, blank=True)
     late = models.BooleanField(default=False)
+    score = models.FloatField(null=True, blank=True, help_text="0..1 (follow-ups with a rubric)")
+    result = models.JSONField(default=dict, blank=True, help_text="The rubric grader's result.")
 
     class Meta:
         ordering = ("item", "index")

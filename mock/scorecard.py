@@ -101,23 +101,43 @@ class Scorecard:
 
 
 def _rubric_rows(item: MockItem) -> list[dict]:
+    """Per rubric point: the grader's verdict (in words, how decided, why) and the
+    interviewer's tick."""
     attempt = item.attempt
-    results = {
-        p["index"]: p for p in ((attempt.result if attempt else None) or {}).get("points", [])
-    }
+    result = (attempt.result if attempt else None) or {}
+    lines = [practice.RubricLine(p.text, p.weight, p.penalty) for p in item.question.rubric.all()]
     marked = set(item.interviewer_points or [])
     return [
         {
-            "index": i,
-            "text": p.text,
-            "weight": p.weight,
-            "penalty": p.penalty,
-            "hit": bool(results.get(i, {}).get("hit")),
-            "evidence": results.get(i, {}).get("evidence", ""),
-            "marked": i in marked if item.interviewer_points is not None else None,
+            "row": row,
+            "index": row.index,
+            "text": row.text,
+            "weight": row.weight,
+            "penalty": row.penalty,
+            "hit": row.hit,
+            "evidence": row.evidence,
+            "marked": row.index in marked if item.interviewer_points is not None else None,
         }
-        for i, p in enumerate(item.question.rubric.all())
+        for row in practice.point_rows(result, lines)
     ]
+
+
+def follow_up_cards(item: MockItem) -> list[dict]:
+    """Each follow-up answer with its verdict rows when it was graded (it had a rubric)."""
+    items = item.question.follow_up_items()
+    cards = []
+    for answer in item.follow_up_answers.all():
+        rubric = items[answer.index]["rubric"] if answer.index < len(items) else []
+        lines = [practice.RubricLine(p["text"], p["weight"], p["penalty"]) for p in rubric]
+        graded = answer.score is not None
+        cards.append(
+            {
+                "answer": answer,
+                "rows": practice.point_rows(answer.result, lines) if graded else [],
+                "total": practice.total(answer.result, answer.score) if graded else None,
+            }
+        )
+    return cards
 
 
 def _step_rows(item: MockItem) -> list[dict]:
@@ -170,7 +190,7 @@ def _item_card(item: MockItem, now) -> ItemCard:
         stepwise=stepwise,
         rubric=_rubric_rows(item),
         steps=_step_rows(item),
-        follow_ups=list(item.follow_up_answers.all()),
+        follow_ups=follow_up_cards(item),
         competencies=competencies_of(item.question),
     )
 

@@ -10,6 +10,7 @@ request: whatever was autosaved becomes its answer.
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 from datetime import datetime, timedelta
 
@@ -22,6 +23,7 @@ from mock.models import FollowUpAnswer, MockInterview, MockInvite, MockItem
 from questions.models import Loop, Step, published_q
 from trainer import api as practice
 
+logger = logging.getLogger(__name__)
 # Longest step draft and interviewer notes stored (the inputs carry them as maxlength).
 STEP_DRAFT_MAX_CHARS = 200
 NOTES_MAX_CHARS = 5_000
@@ -399,11 +401,28 @@ def mock_grade(*, mock: MockInterview) -> MockInterview:
             and attempt.graded is None
         ):
             practice.attempt_grade(attempt=attempt)
+        follow_ups_grade(item=item)
     card = scorecard(mock)
     mock.overall = card.overall_auto
     mock.competencies = {c.name: c.auto for c in card.competencies if c.auto is not None}
     mock.save(update_fields=["overall", "competencies"])
     return mock
+
+
+def follow_ups_grade(*, item: MockItem) -> None:
+    """Grade the item's answered follow-ups that have a rubric, once (the same grader as
+    the main answer, on the follow-up's own points). A grader failure leaves the answer
+    ungraded; the scorecard shows it without verdicts."""
+    items = item.question.follow_up_items()
+    for row in item.follow_up_answers.filter(submitted__isnull=False, score__isnull=True):
+        if row.index >= len(items) or not items[row.index]["rubric"] or not row.answer.strip():
+            continue
+        try:
+            row.score, row.result = practice.follow_up_grade(item.question, row.index, row.answer)
+        except Exception:  # one follow-up must not cost the scorecard
+            logger.exception("grading follow-up %s of mock item %s failed", row.index, item.pk)
+            continue
+        row.save(update_fields=["score", "result"])
 
 
 # --- the interviewer seat --------------------------------------------------------------------

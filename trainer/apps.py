@@ -6,10 +6,15 @@ class TrainerConfig(AppConfig):
     verbose_name = "Practice"
 
     def ready(self) -> None:
+        from common import learner_data
         from questions.models import Question
+        from trainer import objections
         from trainer.grading import arithmetic, registry, rubric
 
         registry.register(Question.Kind.ARITHMETIC, arithmetic.ArithmeticGrader())
         written = rubric.RubricGrader()
         registry.register(Question.Kind.SCENARIO, written)
         registry.register(Question.Kind.DESIGN, written)
+        learner_data.register(
+            "trainer", sections={"verdict_objections": objections.objections_section}
+        )

@@ -107,3 +107,109 @@ class ReviewLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.card_id} rated {self.rating} at {self.reviewed:%Y-%m-%d %H:%M}"
+
+
+class PointCheck(models.Model):
+    """A check offered after a written answer: one short probe for a rubric point the answer
+    attempted but did not verify. Offered once, answered once, within CHECK_WINDOW_S."""
+
+    class Kind(models.TextChoices):
+        CHOICE = "choice", "Multiple choice"
+        NUMBER = "number", "Number with a unit"
+
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="point_checks")
+    point_index = models.PositiveIntegerField()
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    ask = models.TextField()
+    options = models.JSONField(default=list, blank=True, help_text="As shown (shuffled).")
+    unit = models.CharField(max_length=64, blank=True, help_text="A number check's unit.")
+    verdict_before = models.CharField(max_length=16)
+    offered = models.DateTimeField()
+    answered = models.DateTimeField(null=True, blank=True, help_text="Answered or closed.")
+    response = models.CharField(max_length=200, blank=True, help_text="Blank: not answered.")
+    passed = models.BooleanField(null=True, blank=True, help_text="None: not answered.")
+    reason = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ("attempt", "point_index")
+        constraints = [
+            models.UniqueConstraint(fields=("attempt", "point_index"), name="one_check_per_point"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.attempt_id} check on point {self.point_index}"
+
+
+class FollowUpResponse(models.Model):
+    """A practice answer to one of the question's follow-ups (those with a rubric), graded
+    with the same rubric grader on the follow-up's own points."""
+
+    attempt = models.ForeignKey(
+        Attempt, on_delete=models.CASCADE, related_name="follow_up_responses"
+    )
+    index = models.PositiveIntegerField()
+    prompt = models.TextField()
+    draft = models.TextField(blank=True)
+    draft_saved = models.DateTimeField(null=True, blank=True)
+    answer = models.TextField(blank=True)
+    submitted = models.DateTimeField(null=True, blank=True)
+    score = models.FloatField(null=True, blank=True, help_text="0..1")
+    result = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ("attempt", "index")
+        constraints = [
+            models.UniqueConstraint(fields=("attempt", "index"), name="one_response_per_follow_up"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.attempt_id} follow-up {self.index}"
+
+
+class VerdictObjection(models.Model):
+    """A learner's "this verdict is wrong" on one point, for the authors' queue."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        ACCEPTED = "accepted", "Accepted"
+        REJECTED = "rejected", "Rejected"
+
+    class Label(models.TextChoices):  # tests/data/rubric_eval answer labels
+        STRONG = "strong", "strong"
+        PARTIAL = "partial", "partial"
+        ON_TOPIC_WRONG = "on-topic-wrong", "on-topic-wrong"
+        OFF = "off", "off"
+        ADVERSARIAL = "adversarial", "adversarial"
+        BUZZWORD = "buzzword", "buzzword"
+
+    class Correct(models.TextChoices):
+        HIT = "hit", "hit (the answer makes the point)"
+        MISSED = "missed", "missed (the answer does not make it)"
+        CONTRADICTED = "contradicted", "contradicted (the answer states it wrongly)"
+
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="objections")
+    follow_up = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Follow-up index; empty: the main answer."
+    )
+    point_index = models.PositiveIntegerField()
+    verdict = models.CharField(max_length=16, help_text="The verdict objected to.")
+    rubric_version = models.CharField(max_length=32, blank=True)
+    grader_version = models.CharField(max_length=32, blank=True)
+    note = models.TextField(blank=True, help_text="The learner's words.")
+    created = models.DateTimeField(auto_now_add=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    staff_label = models.CharField(
+        max_length=16, choices=Label.choices, blank=True, help_text="The answer's label."
+    )
+    correct_verdict = models.CharField(
+        max_length=16,
+        choices=Correct.choices,
+        blank=True,
+        help_text="The right verdict for this point; empty: the opposite of the objected one.",
+    )
+
+    class Meta:
+        ordering = ("-created",)
+
+    def __str__(self) -> str:
+        return f"objection to point {self.point_index} of attempt {self.attempt_id}"

@@ -3,8 +3,6 @@ self-assessment, next review."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -13,65 +11,41 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from common import ratelimits
-from trainer import services
+from trainer import feedback, follow_up_views, point_checks, services
+from trainer.feedback import PointRow, RubricLine
 from trainer.models import Attempt, ReviewCard
 from trainer.selectors import own_attempt
 
 
-@dataclass(frozen=True)
-class PointRow:
-    index: int
-    text: str
-    weight: float
-    penalty: bool
-    hit: bool
-    evidence: str
-    evidence_parts: tuple[str, ...]
-    similarity: float
-    self_hit: bool | None
-
-    @property
-    def disagrees(self) -> bool:
-        return self.self_hit is not None and self.self_hit != self.hit
-
-
 def highlight(answer: str, rows: list[PointRow]) -> SafeString:
-    """The answer, escaped, with each evidence sentence marked by the point it earned."""
+    """The answer, escaped, with each evidence sentence marked by the point it earned (or
+    got wrong)."""
     html = escape(answer)
     for row in rows:
-        for part in row.evidence_parts if row.hit else ():
+        if row.verdict not in ("hit", "contradicted"):
+            continue
+        for part in row.evidence_parts:
             sentence = escape(part)
-            css = "evidence penalty" if row.penalty else "evidence"
+            css = "evidence penalty" if row.penalty or row.verdict == "contradicted" else "evidence"
             marked = f'<mark class="{css}" data-point="{row.index + 1}">{sentence}</mark>'
             html = html.replace(sentence, marked, 1)
     return mark_safe(html.replace("\n", "<br>"))
 
 
+def rubric_lines(question) -> list[RubricLine]:
+    return [RubricLine(p.text, p.weight, p.penalty) for p in question.rubric.all()]
+
+
 def point_rows(attempt: Attempt) -> list[PointRow]:
-    results = {p["index"]: p for p in (attempt.result or {}).get("points", [])}
-    chosen = set(attempt.self_points or []) if attempt.self_points is not None else None
-    rows = []
-    for i, point in enumerate(attempt.question.rubric.all()):
-        r = results.get(i, {})
-        rows.append(
-            PointRow(
-                index=i,
-                text=point.text,
-                weight=point.weight,
-                penalty=point.penalty,
-                hit=bool(r.get("hit")),
-                evidence=r.get("evidence", ""),
-                evidence_parts=tuple(r.get("evidence_parts") or ()),
-                similarity=float(r.get("similarity", 0.0)),
-                self_hit=(i in chosen) if chosen is not None else None,
-            )
-        )
-    return rows
+    return feedback.point_rows(
+        attempt.result or {}, rubric_lines(attempt.question), attempt.self_points
+    )
 
 
 def scenario_context(attempt: Attempt) -> dict:
     rows = point_rows(attempt)
     card = ReviewCard.objects.filter(user=attempt.user, question=attempt.question).first()
+    checks = point_checks.checks_round(attempt=attempt) if attempt.graded else None
     return {
         "attempt": attempt,
         "question": attempt.question,
@@ -80,6 +54,12 @@ def scenario_context(attempt: Attempt) -> dict:
         "disagreements": [r for r in rows if r.disagrees],
         "card": card,
         "result": attempt.result or {},
+        "total": feedback.total(attempt.result or {}, attempt.score),
+        "checks": checks,
+        "checks_open": checks is not None and checks.open,
+        "check_window_s": point_checks.CHECK_WINDOW_S,
+        "follow_ups": follow_up_views.rows(attempt) if attempt.submitted else [],
+        "objectable": True,
     }
 
 

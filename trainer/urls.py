@@ -2,7 +2,14 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from trainer import account_views, practice_views, scenario_views, views
+from trainer import (
+    account_views,
+    feedback_views,
+    follow_up_views,
+    practice_views,
+    scenario_views,
+    views,
+)
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -38,6 +45,18 @@ urlpatterns = [
     path("attempts/<int:attempt_id>/submit/", scenario_views.answer_submit, name="submit"),
     path("attempts/<int:attempt_id>/grade/", scenario_views.answer_regrade, name="regrade"),
     path("attempts/<int:attempt_id>/self/", scenario_views.self_assess, name="self_assess"),
+    path("attempts/<int:attempt_id>/checks/", feedback_views.checks_submit, name="checks"),
+    path("attempts/<int:attempt_id>/objections/", feedback_views.objection, name="objection"),
+    path(
+        "attempts/<int:attempt_id>/follow-ups/<int:index>/",
+        follow_up_views.follow_up_submit,
+        name="follow_up_submit",
+    ),
+    path(
+        "attempts/<int:attempt_id>/follow-ups/<int:index>/draft/",
+        follow_up_views.follow_up_draft,
+        name="follow_up_draft",
+    ),
     path(
         "attempts/<int:attempt_id>/steps/<str:step_name>/",
         practice_views.step_submit,

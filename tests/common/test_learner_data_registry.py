@@ -12,9 +12,10 @@ from trainer import learner_data
 pytestmark = pytest.mark.django_db
 
 
-def test_the_lab_and_the_mock_register_their_contributors_in_app_order():
+def test_the_apps_register_their_contributors_in_app_order():
     found = {c.app: c for c in registry.contributors()}
-    assert [c.app for c in registry.contributors()] == ["lab", "mock"]
+    assert [c.app for c in registry.contributors()] == ["trainer", "lab", "mock"]
+    assert list(found["trainer"].sections) == ["verdict_objections"]
     assert found["lab"].redis_keys is not None and not found["lab"].sections
     assert found["mock"].redis_keys is not None
     assert list(found["mock"].sections) == ["scorecards", "interviewer_notes"]

@@ -102,7 +102,7 @@ def test_a_whole_warm_up_loop_to_the_scorecard(live_server, users, settings, orm
     expect(page.locator("#weakest a[href^='/practice/']").first).to_be_visible()
     expect(page.locator("table.rubric").first).to_be_visible()
     expect(page.locator("table.steps-result")).to_contain_text("prefill_tflop")
-    expect(page.get_by_text("Turn on streaming first")).to_be_visible()
+    expect(page.locator(".answer-text", has_text="Turn on streaming first")).to_be_visible()
     expect(page.locator("details.model").first).to_be_visible()
     page.emulate_media(media="print")
     expect(page.locator(".site-header")).to_be_hidden()

@@ -102,7 +102,8 @@ def test_a_full_loop_yields_a_scorecard_with_every_section(signed_in, fast_grade
     for name in ("latency", "memory", "throughput", "cost", "reliability", "safety"):
         assert f'data-competency="{name}"' in page
     assert "Not yet:" in page and "Strong:" in page  # the bands are explained
-    assert "covered ✓" in page and "Evidence" in page  # rubric with evidence
+    # the rubric, each point's verdict in words, with the sentence and why
+    assert 'class="verdict-label">Hit</strong>' in page and "Your sentence and why" in page
     assert "Verdict" in page and "prefill_tflop" in page  # arithmetic result
     assert "Model answer" in page and "Measure it in the lab" in page  # revealed at the end
     assert page.count('href="/practice/') >= 3 and 'href="/lab/' in page

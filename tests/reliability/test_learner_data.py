@@ -1,7 +1,8 @@
 """Learner data export and deletion (`export_learner_data`, `delete_learner_data`).
 
 A learner (ada) gets a row in every model that holds learner data, through the services
-the site itself uses: a graded scenario attempt and an arithmetic attempt with a hint and a
+the site itself uses: a graded scenario attempt (with a check, a follow-up answer and an
+objection to a verdict) and an arithmetic attempt with a hint and a
 step answer, fsrs review state, a lab run executed with its points (and its Redis stream), a
 finished mock interview with follow-ups, an interviewer (bob) who marked it and a live
 stream, ada as the interviewer of cy's mock, a group, a permission, an admin log entry and
@@ -26,6 +27,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db.models.deletion import CASCADE
 from django.test import Client
+from django.utils import timezone
 
 import common.redis
 from lab import broker, runner
@@ -35,8 +37,9 @@ from lab.labs.base import Chart, Lab, Param, Point, Series
 from mock import live
 from mock import services as mock_services
 from questions.models import Loop, Question
-from trainer import learner_data
+from trainer import learner_data, objections
 from trainer import services as practice
+from trainer.models import FollowUpResponse, PointCheck
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "prefill-then-decode"
@@ -45,6 +48,7 @@ UNSENT = "ADA-UNSENT-DRAFT: a draft never submitted"
 FOLLOW_UP = "ADA-FOLLOW-UP: at 32K the prefill grows quadratically in attention"
 NOTES = "BOB-NOTES: clear on prefill vs decode"
 ADA_NOTES_ON_CY = "ADA-NOTES-ON-CY: good"
+OBJECTION = "ADA-OBJECTION: point 1 was right"
 
 
 class Squares(Lab):
@@ -104,6 +108,16 @@ def world(settings, redis_url, monkeypatch, django_capture_on_commit_callbacks):
     attempt = practice.attempt_start(user=ada, question=scenario)
     practice.draft_save(attempt=attempt, text="half-typed draft")
     practice.attempt_submit(attempt=attempt, answer=SCENARIO_ANSWER)
+    # After it: a check offered, a follow-up answer and an objection to a verdict (rows made
+    # here: whether the grader leaves a point to check, or a follow-up has a rubric, depends
+    # on the bank), the objection through the service the page uses.
+    attempt.refresh_from_db()
+    PointCheck.objects.create(
+        attempt=attempt, point_index=0, kind="choice", ask="Which phase?", options=["A", "B"],
+        verdict_before="unclear", offered=timezone.now(),
+    )  # fmt: skip
+    FollowUpResponse.objects.create(attempt=attempt, index=0, prompt="And then?", draft=UNSENT)
+    objections.objection_create(attempt=attempt, point_index=0, note=OBJECTION)
     other = Question.objects.published().filter(kind=Question.Kind.SCENARIO)[1]
     practice.draft_save(attempt=practice.attempt_start(user=ada, question=other), text=UNSENT)
     # An arithmetic attempt: a hint and one step answer; left unsubmitted, with a draft.
@@ -209,6 +223,10 @@ def test_export_holds_everything_and_delete_removes_it_all(world, tmp_path, monk
     assert rows["trainer.StepAnswer"][0]["fields"]["raw"].startswith("12345")
     assert rows["trainer.ReviewCard"][0]["fields"]["card"]["stability"] is not None
     assert rows["trainer.ReviewLog"][0]["fields"]["rating"] in {1, 2, 3, 4}
+    # Checks, follow-up answers, objections (rows, and the objections as a section).
+    assert rows["trainer.VerdictObjection"][0]["fields"]["note"] == OBJECTION
+    assert data["verdict_objections"][0]["note"] == OBJECTION
+    assert rows["trainer.FollowUpResponse"][0]["fields"]["draft"] == UNSENT
     # Lab runs with params and points.
     run = rows["lab.LabRun"][0]["fields"]
     assert run["params"] == {"n": 8} and run["status"] == "done"
