@@ -119,6 +119,7 @@ def _attempt_finish(attempt: Attempt, context: AttemptContext) -> None:
         "hints": sum(a.hints_used for a in context.answers.values()),
     }
     attempt.save(update_fields=["score", "submitted", "result"])
+    from trainer.judging import request_judge
     from trainer.reviews import review_record
 
     review_record(attempt=attempt)
@@ -182,6 +183,7 @@ def attempt_grade(*, attempt: Attempt) -> Attempt:
     attempt.grader_error = ""
     attempt.save(update_fields=["result", "score", "graded", "grader_error"])
     review_record(attempt=attempt)
+    request_judge(attempt)  # a second opinion on unclear points, when one is configured
     return attempt
 
 
