@@ -35,8 +35,9 @@ class RegradeReport:
     def lines(self, dry_run: bool) -> list[str]:
         verb = "would move" if dry_run else "moved"
         mean = sum(abs(d) for d in self.deltas) / len(self.deltas) if self.deltas else 0.0
+        dry = " (dry run: nothing saved)" if dry_run else ""
         out = [
-            f"{self.attempts} attempt(s) re-graded{' (dry run: nothing saved)' if dry_run else ''}; "
+            f"{self.attempts} attempt(s) re-graded{dry}; "
             f"{self.moved} score(s) {verb} ({self.up} up, {self.down} down; "
             f"mean |change| of those {mean * 100:.1f} points)"
         ]

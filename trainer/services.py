@@ -119,7 +119,6 @@ def _attempt_finish(attempt: Attempt, context: AttemptContext) -> None:
         "hints": sum(a.hints_used for a in context.answers.values()),
     }
     attempt.save(update_fields=["score", "submitted", "result"])
-    from trainer.judging import request_judge
     from trainer.reviews import review_record
 
     review_record(attempt=attempt)
@@ -165,6 +164,7 @@ def attempt_submit(*, attempt: Attempt, answer: str) -> Attempt:
 def attempt_grade(*, attempt: Attempt) -> Attempt:
     """Grade a submitted written answer with the question's grader (rubric) and schedule
     its review; a grader failure is stored as a readable error instead."""
+    from trainer.judging import request_judge
     from trainer.reviews import review_record
 
     question = attempt.question
