@@ -99,7 +99,7 @@ def interviewer_page(request: HttpRequest, mock_id: int) -> HttpResponse:
                 "main": texts.get("steps" if stepwise else "main", ""),
                 "follow_ups": [
                     {"index": i, "prompt": p, "text": texts.get(f"fu-{i}", "")}
-                    for i, p in enumerate(item.question.follow_ups or [])
+                    for i, p in enumerate(item.question.follow_up_prompts())
                 ],
                 "rubric": [
                     {"index": i, "point": p, "marked": i in marked}

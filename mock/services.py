@@ -253,13 +253,13 @@ def follow_up_current(item: MockItem) -> FollowUpAnswer | None:
     if item.answered is None:
         return None
     done = item.follow_up_answers.filter(submitted__isnull=False).count()
-    if done >= len(item.question.follow_ups or []):
+    if done >= len(item.question.follow_up_items()):
         return None
     return _follow_up_row(item, done)
 
 
 def _follow_up_row(item: MockItem, index: int) -> FollowUpAnswer:
-    prompts = item.question.follow_ups or []
+    prompts = item.question.follow_up_prompts()
     if not 0 <= index < len(prompts):
         raise MockError("This question has no such follow-up.")
     row, _ = FollowUpAnswer.objects.get_or_create(

@@ -157,7 +157,7 @@ def run_page(request: HttpRequest, mock_id: int) -> HttpResponse:
         **_question_view(item),
         "answered_follow_ups": follow_ups,
         "follow_up": services.follow_up_current(item),
-        "follow_up_total": len(item.question.follow_ups or []),
+        "follow_up_total": len(item.question.follow_up_items()),
         "question_remaining_s": services.remaining_s(item.deadline, now),
         "loop_remaining_s": services.remaining_s(mock.deadline, now),
         "count": mock.items.count(),

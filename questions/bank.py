@@ -21,11 +21,21 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
 
-from questions import catalog, problems
+from questions import catalog, problems, rubric_points
+from questions.bank_rubric import (
+    CheckIn,  # noqa: F401 - re-exported: bank.CheckIn etc. stay importable
+    FollowUpIn,
+    NumberIn,  # noqa: F401
+    RubricPointIn,
+    follow_up_objects,
+    point_number_errors,
+    publication_errors,
+)
 from questions.expressions import (
     ExpressionError,
     check_name,
@@ -105,13 +115,6 @@ class ProblemIn(_Strict):
     steps: list[StepIn] = Field(min_length=1)
 
 
-class RubricPointIn(_Strict):
-    text: str = Field(min_length=1)
-    weight: float = Field(default=1.0, gt=0)
-    concepts: list[str] = []
-    penalty: bool = False
-
-
 class SourceIn(_Strict):
     """Where a prose claim comes from: the reference, the sentence relied on, when checked."""
 
@@ -173,11 +176,26 @@ class QuestionIn(_Strict):
     status: Literal["published", "draft"] = "draft"
     prompt: str = Field(min_length=1)
     model_answer: str = ""
-    follow_ups: list[str] = []
+    follow_ups: list[FollowUpIn] = []
     related_labs: list[str] = []
     rubric: list[RubricPointIn] = []
     sources: list[SourceIn] = []
     problem: ProblemIn | None = None
+    # Fixed values the rubric's `expects`/`check.number` expressions use (one value each).
+    variables: dict[str, ParameterIn] = {}
+
+    @field_validator("follow_ups", mode="before")
+    @classmethod
+    def _plain_follow_ups(cls, value: Any) -> Any:
+        return follow_up_objects(value)
+
+    @field_serializer("follow_ups")
+    def _compact_follow_ups(self, follow_ups: list[FollowUpIn]) -> list:
+        """A follow-up without a rubric is written back as the plain string it was."""
+        return [
+            f.prompt if not f.rubric else f.model_dump(mode="json", exclude_defaults=True)
+            for f in follow_ups
+        ]
 
     @model_validator(mode="after")
     def _problem_matches_kind(self) -> QuestionIn:
@@ -320,6 +338,9 @@ def read_bank(paths: Iterable[Path] | None = None) -> Bank:
                 bank.errors.append(
                     BankError(path.name, f"{where} > {msg_path}".rstrip(" >"), message)
                 )
+            for index, message in publication_errors(question):
+                point = f"question {question.slug}, rubric point {index}"
+                bank.errors.append(BankError(path.name, point, message))
         bank.topics.append(parsed)
     _check_cross_file(bank, {p.name for p in paths})
     return bank
@@ -366,11 +387,38 @@ def check_question(question: QuestionIn) -> list[tuple[str, str]]:
     weights = [p for p in question.rubric if not p.penalty]
     if question.rubric and not weights:
         errors.append(("rubric", "has only penalty points; add at least one point to earn"))
+    errors.extend(check_rubric_numbers(question))
     if question.problem is not None:
         errors.extend(
             (f"problem > {p}" if p else "problem", m) for p, m in check_problem(question.problem)
         )
     return errors
+
+
+def check_rubric_numbers(question: QuestionIn) -> list[tuple[str, str]]:
+    """The question's variables are fixed and every `expects`/`check.number` of its points
+    and its follow-ups' points evaluates against them, in a unit of the right dimension."""
+    try:
+        scope = variables_scope(question.variables)
+    except (ExpressionError, problems.ProblemError, catalog.CatalogError) as exc:
+        return [("variables", str(exc))]
+    groups = [("rubric", question.rubric)] + [
+        (f"follow_ups[{i}] > rubric", f.rubric) for i, f in enumerate(question.follow_ups)
+    ]
+    return [
+        (f"{where}[{i}] > {path}", message)
+        for where, points in groups
+        for i, point in enumerate(points)
+        for path, message in point_number_errors(point, scope)
+    ]
+
+
+def variables_scope(variables: dict[str, ParameterIn]) -> dict[str, object]:
+    """Expression variables of a question's `variables:`; raises (ExpressionError,
+    ProblemError, CatalogError) for a bad name, a catalog miss or a variable not fixed."""
+    for name in variables:
+        check_name(name)
+    return rubric_points.variables_scope({n: p.spec() for n, p in variables.items()})
 
 
 def check_problem(problem_in: ProblemIn) -> list[tuple[str, str]]:

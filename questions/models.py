@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from . import rubric_points
 from .markdown import render_markdown
 
 COMPETENCIES = ("latency", "memory", "throughput", "cost", "reliability", "safety", "quality")
@@ -62,7 +63,19 @@ class Question(models.Model):
     competencies = models.JSONField(default=list, blank=True)
     model_answer = models.TextField(blank=True, help_text="Markdown.")
     model_answer_html = models.TextField(blank=True, editable=False)
-    follow_ups = models.JSONField(default=list, blank=True)
+    follow_ups = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Probes asked next: [{"prompt": "...", "rubric": [point dicts]}] '
+        "(rubric optional; see docs/BANK_FORMAT.md).",
+    )
+    variables = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Fixed values the rubric's numbers use, as a problem's parameters with one "
+        'value each: {"model": {"catalog": "models", "choices": ["llama-3.1-70b"]}, '
+        '"tp": {"value": 4}}.',
+    )
     related_labs = models.JSONField(default=list, blank=True)
     sources = models.JSONField(
         default=list,
@@ -86,6 +99,23 @@ class Question(models.Model):
         self.model_answer_html = render_markdown(self.model_answer)
         super().save(*args, **kwargs)
 
+    def follow_up_items(self) -> list[dict]:
+        """Each follow-up as {"prompt": str, "rubric": [full point dicts]} (old plain strings
+        too). Resolve a follow-up point for grading with `follow_up_point()`."""
+        return [rubric_points.normalise_follow_up(f) for f in self.follow_ups or []]
+
+    def follow_up_prompts(self) -> list[str]:
+        return [f["prompt"] for f in self.follow_up_items()]
+
+    def variable_scope(self) -> dict[str, object]:
+        """The expression variables of `variables` (model_layers, gpu_memory, tp, ...)."""
+        return rubric_points.variables_scope(self.variables or {})
+
+    def follow_up_point(self, follow_up: int, index: int) -> dict:
+        """The grader's plain dict of point `index` of follow-up `follow_up` (as as_point())."""
+        point = self.follow_up_items()[follow_up]["rubric"][index]
+        return rubric_points.resolve_point(point, self.variable_scope())
+
 
 class RubricPoint(models.Model):
     question = models.ForeignKey(Question, on_delete=models.CASCADE, related_name="rubric")
@@ -96,12 +126,59 @@ class RubricPoint(models.Model):
     penalty = models.BooleanField(
         default=False, help_text="A red flag: subtracts its weight when the answer says it."
     )
+    claims = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='1-3 statements that make the point true: ["Decode is memory-bound."]',
+    )
+    contradictions = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='The usual wrong versions: ["Decode is compute-bound."]',
+    )
+    key_terms = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Words a sentence must mention to be about the point; alternatives with " | ": '
+        '["decode", "memory-bound | bandwidth"]',
+    )
+    expects = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Numbers the point needs: ["320 KiB ±10%", {"expr": "2 * model_layers * '
+        'model_kv_heads * model_head_dim * 2 B", "unit": "KiB", "tol": "5%", "label": "KV per '
+        'token"}]',
+    )
+    # Named check_spec because Model.check() is Django's system-check hook; the bank field,
+    # point_dict() and as_point() call it "check".
+    check_spec = models.JSONField(
+        "check",
+        db_column="check",
+        default=dict,
+        blank=True,
+        help_text='A probe: {"ask": "Which phase is compute-bound at batch 1?", "answer": '
+        '"Prefill", "options": ["Decode", "Both"]} or {"ask": "...", "number": "320 KiB ±5%"}',
+    )
 
     class Meta:
         ordering = ("order", "id")
 
     def __str__(self) -> str:
         return self.text[:80]
+
+    def point_dict(self) -> dict:
+        """The point as authored (bank YAML fields), every field present."""
+        data = {name: getattr(self, name) for name in rubric_points.POINT_FIELDS[:-1]}
+        return rubric_points.normalise_point({**data, "check": self.check_spec})
+
+    def version(self) -> str:
+        """12 hex digits that change whenever the point's text, weight or metadata change."""
+        return rubric_points.point_version(self.point_dict())
+
+    def as_point(self) -> dict:
+        """The grader's plain dict: expects and check.number evaluated against the
+        question's variables to {"value", "unit", "tol" (fraction), "label"}."""
+        return rubric_points.resolve_point(self.point_dict(), self.question.variable_scope())
 
 
 class Problem(models.Model):

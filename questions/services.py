@@ -36,7 +36,6 @@ QUESTION_FIELDS = (
     "status",
     "prompt",
     "model_answer",
-    "follow_ups",
     "related_labs",
 )
 
@@ -47,10 +46,12 @@ QUESTION_FIELDS = (
 def question_dict(question: Question) -> dict[str, Any]:
     data: dict[str, Any] = {"slug": question.slug}
     data.update({name: getattr(question, name) for name in QUESTION_FIELDS})
-    data["rubric"] = [
-        {"text": p.text, "weight": p.weight, "concepts": p.concepts, "penalty": p.penalty}
-        for p in question.rubric.all()
+    data["follow_ups"] = [
+        {"prompt": f["prompt"], "rubric": [_bank_point(p) for p in f["rubric"]]}
+        for f in question.follow_up_items()
     ]
+    data["variables"] = question.variables or {}
+    data["rubric"] = [_bank_point(p.point_dict()) for p in question.rubric.all()]
     data["sources"] = question.sources
     problem = getattr(question, "problem", None)
     if problem is not None:
@@ -60,6 +61,28 @@ def question_dict(question: Question) -> dict[str, Any]:
             "steps": [_step_dict(s) for s in problem.steps.all()],
         }
     return _canonical(bank_files.QuestionIn, data)
+
+
+def _bank_point(point: dict[str, Any]) -> dict[str, Any]:
+    """A normalised point dict as the bank model takes it (no check: None, not {})."""
+    return {**point, "check": point["check"] or None}
+
+
+def _point_row(point: bank_files.RubricPointIn) -> dict[str, Any]:
+    """A RubricPoint row's fields from a bank point (metadata in its canonical bank form)."""
+    authored = point.model_dump(mode="json", exclude_defaults=True)
+    row = point.model_dump(mode="json", exclude={"check", "expects"})
+    row["expects"] = authored.get("expects", [])
+    row["check_spec"] = authored.get("check", {})
+    return row
+
+
+def _follow_up_row(follow_up: bank_files.FollowUpIn) -> dict[str, Any]:
+    """A stored follow-up: {"prompt", "rubric": [points as the bank writes them]}."""
+    return {
+        "prompt": follow_up.prompt,
+        "rubric": [p.model_dump(mode="json", exclude_defaults=True) for p in follow_up.rubric],
+    }
 
 
 def _step_dict(step: Step) -> dict[str, Any]:
@@ -197,10 +220,12 @@ def _question_apply(question: Question, data: dict[str, Any]) -> None:
     for name in QUESTION_FIELDS:
         setattr(question, name, getattr(full, name))
     question.sources = [s.model_dump(mode="json", exclude_defaults=True) for s in full.sources]
+    question.follow_ups = [_follow_up_row(f) for f in full.follow_ups]
+    question.variables = {n: p.spec() for n, p in full.variables.items()}
     question.save()
     _sync_ordered(
         list(question.rubric.all()),
-        [p.model_dump() for p in full.rubric],
+        [_point_row(p) for p in full.rubric],
         lambda **kw: RubricPoint.objects.create(question=question, **kw),
     )
     if full.problem is None:

@@ -56,7 +56,7 @@ def test_the_question_page_has_clocks_from_the_server_and_nothing_that_helps(sig
     assert question.model_answer_html[:60] not in page
     assert "Model answer" not in page and "Hint" not in page
     assert "Measure it in the lab" not in page and 'href="/lab/' not in page
-    assert question.follow_ups[0] not in page  # probes come after the first answer
+    assert question.follow_up_prompts()[0] not in page  # probes come after the first answer
 
 
 def test_autosave_keeps_the_draft_and_a_reload_restores_it(signed_in):
@@ -85,7 +85,7 @@ def test_a_full_loop_yields_a_scorecard_with_every_section(signed_in, fast_grade
             f"/mock/{mock.pk}/items/{order}/answer/", {"answer": item.question.model_answer}
         )
         page = signed_in.get(f"/mock/{mock.pk}/").content.decode()
-        assert "Follow-up 1 of" in page and item.question.follow_ups[0] in page
+        assert "Follow-up 1 of" in page and item.question.follow_up_prompts()[0] in page
         signed_in.post(f"/mock/{mock.pk}/items/{order}/follow-ups/0/", {"answer": "It grows."})
         signed_in.post(f"/mock/{mock.pk}/items/{order}/next/")
     page = signed_in.get(f"/mock/{mock.pk}/").content.decode()

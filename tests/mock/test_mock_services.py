@@ -142,7 +142,7 @@ def test_follow_ups_come_one_at_a_time_after_the_first_answer(ada, settings):
     services.answer_submit(item=item, text="Prefill then decode.")
     item.refresh_from_db()
     probe = services.follow_up_current(item)
-    assert probe.index == 0 and probe.prompt == item.question.follow_ups[0]
+    assert probe.index == 0 and probe.prompt == item.question.follow_up_prompts()[0]
     with pytest.raises(services.MockError):
         services.follow_up_submit(item=item, index=1, text="skipping ahead")
     services.follow_up_submit(item=item, index=0, text="Prefill grows quadratically in attention.")

@@ -27,12 +27,68 @@ TOPIC: dict[str, Any] = {
             "status": "published",
             "prompt": "Why does **GQA** shrink the cache?",
             "model_answer": "Fewer KV heads are cached.",
-            "follow_ups": ["And MLA?", "And at 128K?"],
+            "variables": {
+                "model": {"catalog": "models", "choices": ["llama-3-70b"]},
+                "dtype": {"catalog": "dtypes", "choices": ["bf16"]},
+            },
+            "follow_ups": [
+                "And MLA?",
+                {
+                    "prompt": "And at 128K?",
+                    "rubric": [
+                        {
+                            "text": "Says the cache grows linearly with context",
+                            "claims": ["KV cache grows linearly with context length."],
+                            "contradictions": ["KV cache grows quadratically with context."],
+                            "key_terms": ["linear | linearly"],
+                            "expects": ["40 GiB ±5%"],
+                        }
+                    ],
+                },
+            ],
             "rubric": [
-                {"text": "Caches KV heads, not query heads", "weight": 2, "concepts": ["KV heads"]},
-                {"text": "Quantifies 8x for Llama-3-70B", "weight": 1, "concepts": ["8x"]},
-                {"text": "Mentions paging", "weight": 1},
-                {"text": "Mentions FP8 KV", "weight": 1},
+                {
+                    "text": "Caches KV heads, not query heads",
+                    "weight": 2,
+                    "concepts": ["KV heads"],
+                    "claims": ["Only the KV heads are cached; query heads share them."],
+                    "contradictions": ["Every attention head caches its own K and V."],
+                    "key_terms": ["KV heads | key-value heads"],
+                    "check": {"ask": "Which heads are cached?", "answer": "The KV heads"},
+                },
+                {
+                    "text": "Quantifies 8x for Llama-3-70B",
+                    "weight": 1,
+                    "concepts": ["8x"],
+                    "claims": ["Llama-3-70B has 64 query heads and 8 KV heads: 8x smaller."],
+                    "expects": [
+                        {
+                            "expr": "model_heads / model_kv_heads",
+                            "label": "query heads per KV head",
+                        },
+                        {"expr": KV_PER_TOKEN, "unit": "KiB", "tol": "5%", "label": "KV per token"},
+                    ],
+                    "check": {
+                        "ask": "How many KiB of KV cache does one token take in BF16?",
+                        "number": {"expr": KV_PER_TOKEN, "unit": "KiB", "tol": "5%"},
+                    },
+                },
+                {
+                    "text": "Mentions paging",
+                    "weight": 1,
+                    "claims": ["Paging removes fragmentation."],
+                    "check": {
+                        "ask": "What removes fragmentation?",
+                        "answer": "Paging",
+                        "options": ["GQA", "Bigger batches"],
+                    },
+                },
+                {
+                    "text": "Mentions FP8 KV",
+                    "weight": 1,
+                    "claims": ["FP8 halves the cache against BF16."],
+                    "check": {"ask": "KiB per token in FP8?", "number": "160 KiB ±10%"},
+                },
                 {"text": "Claims GQA lowers FLOPs a lot", "weight": 1, "penalty": True},
             ],
         },

@@ -164,11 +164,23 @@ def _allowed_counts(model, kind: str, sentence: str) -> set[int]:
     return {model.heads, model.kv_heads}
 
 
+def _point_texts(points):
+    """What a point asserts as true (contradictions and wrong options are meant to be wrong)."""
+    for point in points:
+        yield point.text
+        yield from point.claims
+        if point.check is not None:
+            yield point.check.ask
+            yield point.check.answer or ""
+
+
 def _question_texts(question):
     yield question.prompt
     yield question.model_answer
-    yield from question.follow_ups
-    yield from (p.text for p in question.rubric)
+    for follow_up in question.follow_ups:
+        yield follow_up.prompt
+        yield from _point_texts(follow_up.rubric)
+    yield from _point_texts(question.rubric)
     for step in question.problem.steps if question.problem else ():
         yield step.prompt
         yield step.explanation
