@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from questions import authoring, problems
+from questions import authoring, authoring_rubric, problems
 from questions import bank as bank_files
 from questions.markdown import render_markdown
 from questions.models import (
@@ -46,10 +46,54 @@ def export_topics_yaml(modeladmin, request, queryset) -> HttpResponse:
     return _yaml_download(authoring.topics_yaml(list(queryset)), "topics-export.yaml")
 
 
-class RubricPointInline(admin.TabularInline):
+class RubricPointInlineFormSet(forms.BaseInlineFormSet):
+    """Each point's claims, expects and check get the bank's checks, numbers evaluated
+    against the question's variables as edited. (The published-question rule is the bank
+    file's: points written here may omit the metadata.)"""
+
+    def clean(self) -> None:
+        super().clean()
+        scope = authoring_rubric.scope_of(getattr(self.instance, "variables", None) or {})
+        for form in self.forms:
+            data = getattr(form, "cleaned_data", None)
+            if not data or data.get("DELETE") or form.errors:
+                continue
+            for name in JSON_POINT_FIELDS:  # an emptied box means "none", not NULL
+                if data.get(name) is None:
+                    setattr(form.instance, name, {} if name == "check_spec" else [])
+            point = {name: data.get(name) for name in POINT_FIELDS}
+            point["check"] = data.get("check_spec")
+            for name, messages in authoring_rubric.rubric_point_errors(point, scope).items():
+                form.add_error(name if name in form.fields else None, messages)
+
+
+JSON_POINT_FIELDS = ("concepts", "claims", "contradictions", "key_terms", "expects", "check_spec")
+POINT_FIELDS = (
+    "text",
+    "weight",
+    "concepts",
+    "penalty",
+    "claims",
+    "contradictions",
+    "key_terms",
+    "expects",
+)
+
+
+class RubricPointInline(admin.StackedInline):
     model = RubricPoint
+    formset = RubricPointInlineFormSet
     extra = 0
-    fields = ("order", "text", "weight", "concepts", "penalty")
+    fields = (
+        ("order", "weight", "penalty"),
+        "text",
+        "concepts",
+        "claims",
+        "contradictions",
+        "key_terms",
+        "expects",
+        "check_spec",
+    )
 
 
 @admin.register(Topic)
@@ -66,6 +110,19 @@ class QuestionForm(forms.ModelForm):
     class Meta:
         model = Question
         fields = "__all__"  # noqa: DJ007 - the admin's own field list decides what shows
+
+    def clean_variables(self) -> dict:
+        return authoring_rubric.variables_clean(self.cleaned_data.get("variables"))
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if "follow_ups" in data and "variables" in data:
+            scope = authoring_rubric.scope_of(data["variables"])
+            try:
+                data["follow_ups"] = authoring_rubric.follow_ups_clean(data["follow_ups"], scope)
+            except ValidationError as exc:
+                self.add_error("follow_ups", exc)
+        return data
 
     def clean_sources(self) -> list:
         sources = self.cleaned_data.get("sources") or []

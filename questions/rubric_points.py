@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -110,8 +111,11 @@ def resolve_number(spec: str | Mapping[str, Any], scope: Mapping[str, object]) -
         raise ExpressionError(
             f"the unit is {unit!r} ({describe_dimension(unit)}) but the expression yields {got}"
         )
+    magnitude = float(value.to(parse_unit(unit)).magnitude)
+    if not math.isfinite(magnitude):
+        raise ExpressionError(f"{spec!r} is not a finite number")
     return {
-        "value": float(value.to(parse_unit(unit)).magnitude),
+        "value": magnitude,
         "unit": unit,
         "tol": parse_tol(tol),
         "label": label,
@@ -157,10 +161,13 @@ def normalise_point(point: Mapping[str, Any]) -> dict[str, Any]:
 
 def resolve_point(point: Mapping[str, Any], scope: Mapping[str, object]) -> dict[str, Any]:
     """The grader's plain dict of a point: `expects` evaluated to number dicts, `check`
-    resolved (or None). `scope` is `variables_scope(question.variables)`."""
+    resolved (or None), and `rubric_version` (point_version() of the point as authored).
+    `scope` is `variables_scope(question.variables)`."""
     data = normalise_point(point)
+    version = point_version(data)
     data["expects"] = [resolve_number(e, scope) for e in data["expects"]]
     data["check"] = resolve_check(data["check"], data["contradictions"], scope)
+    data["rubric_version"] = version  # the grader stores it with each point's verdict
     return data
 
 

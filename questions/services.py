@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Model
 
 from questions import bank as bank_files
-from questions import problems
+from questions import problems, rubric_points
 from questions.models import (
     Loop,
     LoopItem,
@@ -61,6 +61,19 @@ def question_dict(question: Question) -> dict[str, Any]:
             "steps": [_step_dict(s) for s in problem.steps.all()],
         }
     return _canonical(bank_files.QuestionIn, data)
+
+
+def resolved_expects(question: Question, raw_expects: list) -> list[dict[str, Any]]:
+    """`expects` entries as authored, evaluated against the question's variables to
+    {"value", "unit", "tol" (fraction), "label"}; raises ExpressionError if one is wrong."""
+    scope = question.variable_scope()
+    return [rubric_points.resolve_number(e, scope) for e in raw_expects]
+
+
+def question_points(question: Question) -> list[dict[str, Any]]:
+    """as_point() of every rubric point in order, the variables resolved once."""
+    scope = question.variable_scope()
+    return [rubric_points.resolve_point(p.point_dict(), scope) for p in question.rubric.all()]
 
 
 def _bank_point(point: dict[str, Any]) -> dict[str, Any]:
@@ -241,8 +254,17 @@ def _question_apply(question: Question, data: dict[str, Any]) -> None:
         row["expression"] = str(row["expression"])
         row["integer"] = row["integer"] or ""
         step_rows.append(row)
+    existing = list(problem.steps.all())
+    if [s.name for s in existing[: len(step_rows)]] != [r["name"] for r in step_rows][
+        : len(existing)
+    ]:
+        # Names move between rows (a step dropped or reordered): free them first, or the
+        # in-place update trips the unique (problem, name) constraint.
+        for step in existing:
+            step.name = f"~{step.pk}"
+        Step.objects.bulk_update(existing, ["name"])
     steps = _sync_ordered(
-        list(problem.steps.all()),
+        existing,
         step_rows,
         lambda **kw: Step.objects.create(problem=problem, **kw),
     )

@@ -149,7 +149,19 @@ _COUNT_RE = re.compile(
 )
 
 
+def _is_mha(text: str) -> bool:
+    return "MHA" in text or "multi-head attention" in text.lower()
+
+
 def _allowed_counts(model, kind: str, sentence: str) -> set[int]:
+    counts = _model_counts(model, kind, sentence)
+    if re.search(r"\bTP\d*\b|tensor.parallel|per GPU|GPU holds", sentence):
+        # heads split across TP ranks: "a TP4 GPU holds 2 KV heads" (at least one each)
+        counts |= {max(c // k, 1) for c in counts for k in (2, 4, 8, 16) if c % k == 0 or c < k}
+    return counts
+
+
+def _model_counts(model, kind: str, sentence: str) -> set[int]:
     kind = kind.lower()
     if "layer" in kind:
         counts = {model.layers} | ({model.moe.moe_layers} if model.moe else set())
@@ -158,7 +170,7 @@ def _allowed_counts(model, kind: str, sentence: str) -> set[int]:
         return counts
     if kind.startswith(("kv", "key")):
         # "if it were MHA, with 64 KV heads": a hypothetical MHA caches every query head
-        return {model.kv_heads} | ({model.heads} if "MHA" in sentence else set())
+        return {model.kv_heads} | ({model.heads} if _is_mha(sentence) else set())
     if kind.startswith(("query", "attention")):
         return {model.heads}
     return {model.heads, model.kv_heads}
@@ -175,17 +187,19 @@ def _point_texts(points):
 
 
 def _question_texts(question):
-    yield question.prompt
-    yield question.model_answer
+    """(text, context): a follow-up's points are read in the light of its prompt (an "if it
+    were MHA" probe makes "64 KV heads" right)."""
+    yield question.prompt, ""
+    yield question.model_answer, ""
     for follow_up in question.follow_ups:
-        yield follow_up.prompt
-        yield from _point_texts(follow_up.rubric)
-    yield from _point_texts(question.rubric)
+        yield follow_up.prompt, ""
+        yield from ((t, follow_up.prompt) for t in _point_texts(follow_up.rubric))
+    yield from ((t, "") for t in _point_texts(question.rubric))
     for step in question.problem.steps if question.problem else ():
-        yield step.prompt
-        yield step.explanation
-        yield from step.hints
-        yield from (m.feedback for m in step.misconceptions)
+        yield step.prompt, ""
+        yield step.explanation, ""
+        yield from ((h, "") for h in step.hints)
+        yield from ((m.feedback, "") for m in step.misconceptions)
 
 
 def test_head_and_layer_counts_in_prose_match_the_catalog(bank):
@@ -198,16 +212,17 @@ def test_head_and_layer_counts_in_prose_match_the_catalog(bank):
     wrong = []
     for q in bank.questions:
         own = {models[m.group(0).lower()] for m in name_re.finditer(q.prompt)}
-        if q.problem:
-            for param in q.problem.parameters.values():
-                if param.catalog == "models":
-                    own |= {load_catalog().models[c] for c in param.choices}
-        for text in _question_texts(q):
+        params = list(q.problem.parameters.values()) if q.problem else []
+        for param in params + list(q.variables.values()):
+            if param.catalog == "models":
+                own |= {load_catalog().models[c] for c in param.choices}
+        for text, context in _question_texts(q):
             for sentence in re.split(r"(?<=[.;?!])\s+|\n", text):
                 named = {models[m.group(0).lower()] for m in name_re.finditer(sentence)} or own
                 for number, kind in _COUNT_RE.findall(sentence):
                     n = int(number.replace(",", ""))
-                    if named and not any(n in _allowed_counts(m, kind, sentence) for m in named):
+                    read = f"{context} {sentence}"
+                    if named and not any(n in _allowed_counts(m, kind, read) for m in named):
                         wrong.append(
                             f"{q.slug}: {n} {kind} in {' '.join(sentence.split())[:120]!r}"
                         )
@@ -215,7 +230,7 @@ def test_head_and_layer_counts_in_prose_match_the_catalog(bank):
 
 
 def test_the_llama2_head_counts_are_quoted_right(bank):
-    text = "\n".join(t for q in bank.questions for t in _question_texts(q) if "Llama-2-7B" in t)
+    text = "\n".join(t for q in bank.questions for t, _ in _question_texts(q) if "Llama-2-7B" in t)
     assert "all 64 heads (as Llama-2-7B and 13B do" not in text
     assert "Llama-2-7B, with 32 heads" in text and "Llama-2-13B, with 40 heads" in text
 

@@ -318,3 +318,22 @@ def test_sources_load_export_and_load_back_unchanged(tmp_path, capsys):
     call_command("load_bank", str(write_topic(tmp_path, data)))
     assert "questions: 0 created, 1 updated, 1 unchanged" in capsys.readouterr().out
     assert Question.objects.get(slug="kv-why").sources[0]["quote"] == "a corrected quote"
+
+
+@pytest.mark.django_db
+def test_steps_may_be_dropped_or_renamed_between_loads(tmp_path, capsys):
+    """Rows are updated in place by position: a name moving to another row must not trip
+    the unique (problem, name) constraint (found by the bank fuzzer)."""
+    from questions.models import Step
+
+    data = topic_data()
+    steps = arithmetic(data)["problem"]["steps"]
+    steps.insert(0, {**steps[0], "name": "kv_first"})
+    call_command("load_bank", str(write_topic(tmp_path, data)))
+    del steps[0]  # kv_per_token moves from row 1 to row 0, kv_per_seq from row 2 to row 1
+    call_command("load_bank", str(write_topic(tmp_path, data)))
+    assert "1 updated" in capsys.readouterr().out
+    names = list(
+        Step.objects.filter(problem__question__slug="kv-70b").values_list("name", flat=True)
+    )
+    assert names == ["kv_per_token", "kv_per_seq"]

@@ -44,7 +44,7 @@ READ_ELSEWHERE = {
     "WEB_WORKERS": "trainer/management/commands/run_all.py",
     "PORT": "trainer/management/commands/run_all.py",
     "TRAINER_WARM_GRADER": "trainer/asgi.py",
-    "RUBRIC_QUANTIZE": "trainer/grading/rubric.py",
+    "RUBRIC_QUANTIZE": "trainer/grading/rubric/encoder.py",
 }
 # The production environment the containers get (DEBUG=0 is set by the compose file).
 PROD_ENV = {

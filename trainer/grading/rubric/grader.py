@@ -1,0 +1,83 @@
+"""The pipeline end to end, and `RubricGrader`, its face in the grader registry.
+
+split -> retrieve -> verify -> estimate -> score. `grade` is pure (no database); the
+grader reads a question's rubric points through RubricPoint.as_point() when it has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trainer.grading.registry import Grader
+from trainer.grading.rubric import estimate, params, retrieve, score, verify
+from trainer.grading.rubric.point import Point, PointResult, RubricResult, public_check
+
+
+def evaluate(
+    r: retrieve.Retrieval, points: Sequence[Point], p: params.Params = params.TUNED
+) -> RubricResult:
+    """Verdicts, estimates and the score from a retrieval (cheap: no model call)."""
+    results = []
+    for i, point in enumerate(points):
+        d = verify.decide(i, point, r, p.thresholds)
+        keyed = bool(point.key_terms)
+        prob = estimate.estimate(d, keyed, p.calibration)
+        if d.verdict == "missed" and not point.penalty:
+            prob = min(prob, 0.5)  # nothing in the answer is about it
+        version = point.with_version().rubric_version
+        unit = r.units[d.unit] if d.unit is not None and d.verdict != "missed" else None
+        results.append(
+            PointResult(
+                index=i, hit=d.verdict == "hit", similarity=round(d.best_pos, 4),
+                concepts_found=(), evidence=unit.text if unit else "", penalty=point.penalty,
+                weight=point.weight, evidence_parts=unit.parts if unit else (),
+                verdict=d.verdict, estimate=round(prob, 4), decided_by="verify" if d.verdict
+                == "hit" else "estimate", reason=d.reason, attempted=d.attempted,
+                text=point.text, rubric_version=version, check=public_check(point.check,
+                version) if d.attempted and d.verdict in ("unclear", "contradicted") else None,
+            )  # fmt: skip
+        )
+    flags = list(r.flags)
+    if r.units and float(r.pos.max(initial=-1.0)) < p.thresholds.off_topic:
+        flags.append("off-topic")
+    if any(x.penalty and x.verdict == "hit" for x in results):
+        flags.append("red flag")
+    confidence = (
+        sum(abs(x.estimate - 0.5) * 2 for x in results) / len(results) if results else 0.0
+    )
+    return RubricResult(score.score(results), tuple(results), round(confidence, 3), tuple(flags))
+
+
+def grade(answer: str, points: Sequence[Point], prompt: str = "") -> RubricResult:
+    """Grade `answer` against `points` (and flag an answer that restates `prompt`)."""
+    points = [p if isinstance(p, Point) else Point.from_dict(p) for p in points]
+    return evaluate(retrieve.retrieve(answer, points, prompt), points)
+
+
+def points_of(question) -> list[Point]:
+    """A question's rubric as Points (metadata and rubric version where the model has them)."""
+    out = []
+    for rp in question.rubric.all():
+        if hasattr(rp, "as_point"):
+            point = Point.from_dict(rp.as_point() | {"rubric_version": rp.version()})
+        else:
+            point = Point(rp.text, rp.weight, tuple(rp.concepts), rp.penalty)
+        out.append(point)
+    return out
+
+
+class RubricGrader(Grader):
+    """Written answers in the grader registry: the question's rubric points, graded here."""
+
+    name = "rubric"
+
+    def grade_answer(self, question, answer: str) -> RubricResult:
+        from trainer.grading import rubric  # looked up at call time: tests swap `grade`
+
+        return rubric.grade(answer, points_of(question), prompt=question.prompt)
+
+    def warm_up(self) -> None:
+        # Load the sentence model now, so the first learner to submit does not wait ~8 s.
+        from trainer.grading.rubric import encoder
+
+        encoder.embed(["warm up"])

@@ -1,0 +1,233 @@
+"""Stage 3: verify each retrieved unit against a point.
+
+A unit *verifies* a point when it carries the point's key terms (with the claims' polarity:
+"not compute-bound" does not carry "compute-bound"), is closer to a claim than to every
+contradiction by a margin, is not negated, and every number it gives for the point matches
+`expects` (pint, GB != GiB). It *contradicts* the point when it gives a wrong number, negates
+the point's terms, or is closer to a contradiction than to the claims. Plain-text points
+(no metadata) use their content words as terms and the numbers in their text as expects.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainer.grading.rubric import numbers, terms
+from trainer.grading.rubric.params import Thresholds
+from trainer.grading.rubric.point import Point
+from trainer.grading.rubric.retrieve import (
+    Retrieval,
+    Unit,
+    positives,
+    red_flag_statements,
+)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What verification found in one unit for one point (the estimate's features)."""
+
+    pos: float
+    neg: float
+    share: float  # share of the point's terms present (either polarity)
+    negated: bool
+    numbers: numbers.Status
+    number_reason: str
+    stuffing: float
+    verified: bool
+    contradicted: bool
+    missing: tuple[str, ...] = ()  # terms not carried (for the reason)
+    negated_any: bool = False  # some term is negated somewhere in the unit
+    stuffed: bool = False  # the unit is a list of terms rather than a statement
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: str  # hit | unclear | contradicted | missed
+    unit: int | None  # the evidence unit
+    facts: Facts | None
+    reason: str
+    attempted: bool
+    best_pos: float
+
+
+@dataclass(frozen=True)
+class PointTerms:
+    groups: tuple[tuple[tuple[str, ...], ...], ...]  # terms -> alternatives -> words
+    labels: tuple[str, ...]
+    expected: tuple[terms.Polarity, ...]  # how the claims mention each term
+    keyed: bool
+    expects: tuple[numbers.Expect, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def point_terms(point: Point) -> PointTerms:
+    """A point's terms with their polarity in its claims, and its expected numbers."""
+    keyed = bool(point.key_terms)
+    if keyed:
+        groups = [terms.parse_term(t) for t in point.key_terms]
+        labels = [t.split("|")[0].strip() for t in point.key_terms]
+    else:
+        text = red_flag_statements(point.text)[0] if point.penalty else point.text
+        groups = terms.content_terms(" ".join([text, *point.claims[:1]]))
+        labels = [g[0][0] for g in groups]
+    claim_tags = [terms.tagged_words(t) for t in positives(point)]
+    expected = []
+    for g in groups:
+        seen = [terms.polarity(g, tags) for tags in claim_tags]
+        neg_only = terms.Polarity.NEGATED in seen and terms.Polarity.POSITIVE not in seen
+        expected.append(terms.Polarity.NEGATED if neg_only else terms.Polarity.POSITIVE)
+    expects = point.expects or tuple(
+        numbers.Expect(float(s.quantity.magnitude), f"{s.quantity.units:~P}")
+        for s in numbers.stated_numbers(point.text)
+        if not s.quantity.dimensionless
+    )
+    return PointTerms(
+        tuple(tuple(tuple(a) for a in g) for g in groups), tuple(labels), tuple(expected),
+        keyed, tuple(expects),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Raw:
+    """What a unit says about a point before any threshold: terms, negation, numbers."""
+
+    share: float
+    opposite: int
+    agree: int
+    status: numbers.Status
+    reason: str
+    missing: tuple[str, ...]
+    negated_any: bool
+    each: tuple[tuple[numbers.Status, str], ...] = ()  # per expectation
+
+
+def raw_facts(pt: PointTerms, unit: Unit) -> Raw:
+    seen = [terms.polarity(g, unit.tagged) for g in pt.groups]
+    present = [s is not terms.Polarity.ABSENT for s in seen]
+    agree = sum(s is e for s, e in zip(seen, pt.expected, strict=True))
+    opposite = sum(p and s is not e for p, s, e in zip(present, seen, pt.expected, strict=True))
+    share = sum(present) / len(present) if present else 1.0
+    each = numbers.check_each(unit.stated, pt.expects)
+    status, reason = numbers.check(unit.stated, pt.expects)
+    missing = tuple(lab for lab, p in zip(pt.labels, present, strict=True) if not p)
+    negated_any = any(
+        e is terms.Polarity.POSITIVE and terms.negated_somewhere(g, unit.tagged)
+        for g, e in zip(pt.groups, pt.expected, strict=True)
+    )
+    return Raw(share, opposite, agree, status, reason, missing, negated_any, tuple(each))
+
+
+def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
+          t: Thresholds, raw: Raw | None = None) -> Facts:  # fmt: skip
+    raw = raw or raw_facts(pt, unit)
+    share, status = raw.share, raw.status
+    negated = raw.opposite > 0 and (pt.keyed or raw.opposite >= raw.agree)
+    required = t.key_share if pt.keyed else t.plain_share
+    stuffed = unit.stuffing >= t.stuffed
+    limit = t.penalty_sim if point.penalty else t.verify_floor
+    numbers_ok = status is not numbers.Status.WRONG and not (
+        t.numbers_required and pt.expects and status is numbers.Status.NONE and not point.penalty
+    )
+    verified = (
+        not stuffed and pos >= limit and pos - neg >= t.margin and share >= required - 1e-9
+        and not negated and numbers_ok
+    )  # fmt: skip
+    wrong_number = status is numbers.Status.WRONG and len(unit.parts) == 1
+    contradicted = not point.penalty and not verified and (
+        (pos >= t.verify_floor and wrong_number and share >= required - 1e-9)
+        or (pos >= t.retrieve and negated and share >= required - 1e-9)
+        or (not stuffed and neg >= t.contra_floor and neg - pos >= t.contra_margin
+            and share >= required - 1e-9)
+    )
+    return Facts(pos, neg, share, negated, status, raw.reason, unit.stuffing, bool(verified),
+                 bool(contradicted), raw.missing, raw.negated_any, stuffed)  # fmt: skip
+
+
+def _facts(i: int, k: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresholds) -> Facts:
+    raw = r.memo.get((i, k))
+    if raw is None:
+        raw = r.memo[(i, k)] = raw_facts(pt, r.units[k])
+    return facts(point, pt, r.units[k], float(r.pos[i][k]), float(r.neg[i][k]), t, raw)
+
+
+def decide(i: int, point: Point, r: Retrieval, t: Thresholds) -> Decision:
+    """The verdict on point `i`: hit if a unit verifies it, contradicted if one contradicts
+    it, unclear if one is about it, missed otherwise."""
+    if not r.units:
+        return Decision("missed", None, None, "", False, 0.0)
+    pt = point_terms(point)
+    pos, neg = r.pos[i], r.neg[i]
+    best_pos = float(pos.max())
+    order = np.argsort(-pos)
+    found = [(int(k), _facts(i, int(k), point, pt, r, t))
+             for k in order if pos[k] >= t.retrieve or neg[k] >= t.contra_floor]  # fmt: skip
+    attempted = best_pos >= t.retrieve
+    for k, f in found:  # stating a known wrong version outweighs a right sentence elsewhere
+        if f.contradicted and f.neg >= t.strong_contra and f.neg - f.pos >= t.contra_margin:
+            return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
+                            True, best_pos)  # fmt: skip
+    wrong = _wrong_number(i, point, pt, r, t, found)
+    if wrong is not None:
+        k, f, reason = wrong
+        return Decision("contradicted", k, f, reason, True, best_pos)
+    for k, f in found:
+        if f.verified:
+            return Decision("hit", k, f, "", True, best_pos)
+    for k, f in found:
+        if f.contradicted and f.numbers is not numbers.Status.WRONG:
+            return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
+                            True, best_pos)  # fmt: skip
+    top = int(order[0])
+    f = found[0][1] if found and found[0][0] == top else _facts(i, top, point, pt, r, t)
+    if point.penalty or not attempted:
+        return Decision("missed", top if attempted else None, f, "", attempted, best_pos)
+    return Decision("unclear", top, f, _unclear_reason(pt, f, t), True, best_pos)
+
+
+def _wrong_number(i: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresholds,
+                  found: list[tuple[int, Facts]]) -> tuple[int, Facts, str] | None:  # fmt: skip
+    """A number the point expects, stated wrongly in a sentence about the point and stated
+    rightly nowhere in the answer: that refutes the point even beside a right sentence."""
+    if point.penalty or not pt.expects:
+        return None
+    required = t.key_share if pt.keyed else t.plain_share
+    for j in range(len(pt.expects)):
+        if any(r.memo[(i, k)].each[j][0] is numbers.Status.OK for k, _ in found):
+            continue
+        for k, f in found:
+            status, reason = r.memo[(i, k)].each[j]
+            if (status is numbers.Status.WRONG and len(r.units[k].parts) == 1
+                    and f.pos >= t.verify_floor and f.share >= required - 1e-9):  # fmt: skip
+                return k, f, reason
+    return None
+
+
+def _contradiction_reason(point: Point, f: Facts, r: Retrieval, i: int, k: int) -> str:
+    if f.numbers is numbers.Status.WRONG:
+        return f.number_reason
+    claim = positives(point)[int(r.claim_index[i][k])]
+    if f.negated:
+        return f"Your sentence negates what this point holds: {claim}"
+    return f"This reads as a known wrong version of the point; the point holds: {claim}"
+
+
+def _unclear_reason(pt: PointTerms, f: Facts, t: Thresholds) -> str:
+    if f.stuffed:
+        return "Your sentence names the terms but does not say how they connect."
+    if f.missing and pt.keyed:
+        return "Not verified: your sentence does not mention " + ", ".join(f.missing) + "."
+    if pt.expects and f.numbers is numbers.Status.NONE and t.numbers_required:
+        wanted = ", ".join(e.text() for e in pt.expects)
+        return f"Not verified: this point expects a number ({wanted})."
+    if f.pos - f.neg < t.margin:
+        return "Not verified: your sentence is as close to a known wrong version as to the point."
+    return "Not verified: your sentence is about this point but does not state it clearly."
+
+
+def decide_all(points: Sequence[Point], r: Retrieval, t: Thresholds) -> list[Decision]:
+    return [decide(i, p, r, t) for i, p in enumerate(points)]
