@@ -66,6 +66,20 @@ class RubricPointIn(_Strict):
     expects: list[NumberSpec] = []
     check: CheckIn | None = None
 
+    @field_validator("concepts", "claims", "contradictions", "key_terms", mode="before")
+    @classmethod
+    def _text_entries(cls, value: Any) -> Any:
+        # YAML reads `[MLA, 70,272 B]` as [MLA, 70, "272 B"]: a bare number in a list of terms
+        # is almost always a split thousands separator (or a figure that should be quoted).
+        if isinstance(value, list):
+            for v in value:
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    raise ValueError(
+                        f"has the bare number {v!r}: quote each entry that holds a number "
+                        '(YAML splits [70,272 B] into 70 and "272 B")'
+                    )
+        return value
+
     @field_validator("claims", "contradictions", "key_terms")
     @classmethod
     def _no_blank_entries(cls, value: list[str]) -> list[str]:

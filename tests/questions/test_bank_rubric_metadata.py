@@ -5,6 +5,7 @@ a published scenario/design question must give every earning point claims and a 
 from __future__ import annotations
 
 import pytest
+import yaml
 from bankfiles import topic_data, write_topic
 
 from questions.bank import read_bank
@@ -233,3 +234,24 @@ def test_the_real_bank_states_the_rule_for_each_unauthored_point():
     """Every message the real bank gives is either none or the refusal rule (until authored)."""
     others = [str(e) for e in read_bank().errors if "rubric point" not in e.path]
     assert others == []
+
+
+def test_a_catalog_choice_that_is_not_a_slug_is_an_error_not_a_crash(tmp_path):
+    data = topic_data()
+    scenario(data)["variables"]["model"]["choices"] = [["llama-3-70b"]]
+    error = only_error(tmp_path, data)
+    assert error.startswith(f"{FILE}: questions[0] (kv-why) > variables > model: ")
+    assert "catalog choices must be catalog slugs (text)" in error
+
+
+@pytest.mark.parametrize("field", ["concepts", "claims", "contradictions", "key_terms"])
+def test_a_bare_number_in_a_term_list_is_refused_as_a_split_thousands_separator(field):
+    from pydantic import ValidationError
+
+    from questions.bank_rubric import RubricPointIn
+
+    point = yaml.safe_load(f"text: MLA shrinks the cache\n{field}: [MLA, 70,272 B]\n")
+    with pytest.raises(ValidationError, match="bare number 70"):
+        RubricPointIn.model_validate(point)
+    point[field] = ["MLA", "70,272 B"]
+    assert RubricPointIn.model_validate(point)

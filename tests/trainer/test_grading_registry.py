@@ -68,8 +68,9 @@ def test_grade_answer_is_the_rubric_grader_on_the_questions_points(bank, monkeyp
     assert result.score == 0.5 and result.as_dict()["score"] == 0.5
     ((answer, points, prompt),) = seen
     assert answer == "Prefill, then decode." and prompt == question.prompt
-    assert points == [
-        rubric.Point(p.text, p.weight, tuple(p.concepts), p.penalty) for p in question.rubric.all()
+    assert points == [  # every point with its metadata (expects evaluated) and version
+        rubric.Point.from_dict(p.as_point() | {"rubric_version": p.version()})
+        for p in question.rubric.all()
     ]
 
 
