@@ -13,3 +13,6 @@ class TrainerConfig(AppConfig):
         written = rubric.RubricGrader()
         registry.register(Question.Kind.SCENARIO, written)
         registry.register(Question.Kind.DESIGN, written)
+        from trainer import try_rubric
+
+        try_rubric.register_action()

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from trainer import account_views, practice_views, scenario_views, views
+from trainer import account_views, practice_views, scenario_views, try_rubric, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -50,6 +50,7 @@ urlpatterns = [
     ),
     path("lab/", include("lab.urls")),
     path("mock/", include("mock.urls")),
+    path("admin/try-rubric/<int:question_id>/", try_rubric.try_rubric, name="try_rubric"),
     # Shadows admin:login (same path, matched first): the admin login is rate-limited too.
     path("admin/login/", views.admin_login_view, name="admin_login"),
     path("admin/", admin.site.urls),

@@ -3,6 +3,7 @@ thread) for the judge's tests: it records each request and answers as `mode` say
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -74,9 +75,7 @@ class FakeJudge:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client timed out first
-                    pass
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(data)  # (the client may have timed out first)
 
         return Handler
