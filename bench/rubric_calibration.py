@@ -85,8 +85,14 @@ def load_cases(data: Path = DATA) -> list[Case]:
         for q in yaml.safe_load(path.read_text())["questions"]:
             for a in q["answers"]:
                 cases.append(
-                    Case(q["slug"], a["label"], a.get("kind", ""), a["text"],
-                         set(a.get("points") or []), set(a.get("contradicts") or []))  # fmt: skip
+                    Case(
+                        q["slug"],
+                        a["label"],
+                        a.get("kind", ""),
+                        a["text"],
+                        set(a.get("points") or []),
+                        set(a.get("contradicts") or []),
+                    )
                 )
     return cases
 
@@ -149,7 +155,11 @@ def ece(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> float:
         return 0.0
     total = 0.0
     for b in range(bins):
-        inside = [(e, y) for e, y in pairs if b / bins <= e < (b + 1) / bins or (b == bins - 1 and e == 1.0)]
+        inside = [
+            (e, y)
+            for e, y in pairs
+            if b / bins <= e < (b + 1) / bins or (b == bins - 1 and e == 1.0)
+        ]
         if inside:
             mean_e = statistics.mean(e for e, _ in inside)
             mean_y = statistics.mean(float(y) for _, y in inside)
@@ -322,16 +332,34 @@ def table(parts: dict[str, dict]) -> list[str]:
     rows = [
         ("questions / answers", lambda m: f"{m['questions']} / {m['answers']}", ""),
         ("point agreement", lambda m: f"{m['agreement']:.1%}", "≥ 83% (stretch 85%)"),
-        ("strong > partial > max(wrong, off)", lambda m: _pct(m["ordered"], m["ordered_of"]), "≥ 75%"),
+        (
+            "strong > partial > max(wrong, off)",
+            lambda m: _pct(m["ordered"], m["ordered_of"]),
+            "≥ 75%",
+        ),
     ]
     for lab in LABELS:
         target = {"on-topic-wrong": "≤ 0.20", "off": "≤ 0.10"}.get(lab, "")
-        rows.append((f"mean score: {lab}", lambda m, lab=lab: f"{m['mean'][lab]:.2f} (n={m['count'][lab]})", target))
+        rows.append(
+            (
+                f"mean score: {lab}",
+                lambda m, lab=lab: f"{m['mean'][lab]:.2f} (n={m['count'][lab]})",
+                target,
+            )
+        )
     rows += [
         ("Spearman with expert total", lambda m: f"{m['spearman']:.2f}", "≥ 0.80"),
         ("ECE of estimate", lambda m: f"{m['ece']:.3f}", "≤ 0.10"),
-        ("adversarial contradictions caught", lambda m: _pct(m["caught"], m["contradictions"]), "≥ 80%"),
-        ("credited points: verified (verify) / estimated", lambda m: f"{m['hits']} / {m['estimated']}", ""),
+        (
+            "adversarial contradictions caught",
+            lambda m: _pct(m["caught"], m["contradictions"]),
+            "≥ 80%",
+        ),
+        (
+            "credited points: verified (verify) / estimated",
+            lambda m: f"{m['hits']} / {m['estimated']}",
+            "",
+        ),
     ]
     out = ["| figure | " + " | ".join(names) + " | target |", "|---" * (len(names) + 2) + "|"]
     for name, fmt, target in rows:
@@ -350,13 +378,17 @@ def summary(m: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tune", action="store_true", help="tune on the tuning part and write tuned.json")
+    parser.add_argument(
+        "--tune", action="store_true", help="tune on the tuning part and write tuned.json"
+    )
     parser.add_argument("--no-timing", action="store_true")
     parser.add_argument("--cache", type=Path, help="keep sentence vectors in this file")
     parser.add_argument(
-        "--part", choices=("both", "tuning"), default="both",
+        "--part",
+        choices=("both", "tuning"),
+        default="both",
         help="'tuning' while developing: the held-out part is not graded at all",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     points, prompts = bank_points()
     cases = [c for c in load_cases() if c.slug in points]

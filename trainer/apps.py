@@ -18,3 +18,6 @@ class TrainerConfig(AppConfig):
         learner_data.register(
             "trainer", sections={"verdict_objections": objections.objections_section}
         )
+        from trainer import try_rubric
+
+        try_rubric.register_action()

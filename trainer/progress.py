@@ -47,9 +47,20 @@ def score_history(user) -> list[dict]:
     rows = (
         graded_attempts(user)
         .order_by("submitted")
-        .values_list("submitted", "question__topic__title", "question__title", "score")
+        .values_list("submitted", "question__topic__title", "question__title", "score", "result")
     )
-    return [{"when": w, "topic": t, "question": q, "score": s} for w, t, q, s in rows]
+    # A re-graded attempt (python -m manage regrade) is marked: its score is not the one the
+    # learner saw when they answered.
+    return [
+        {
+            "when": w,
+            "topic": t,
+            "question": q,
+            "score": s,
+            "regraded": bool((r or {}).get("regraded")),
+        }
+        for w, t, q, s, r in rows
+    ]
 
 
 def competency_scores(user) -> list[dict]:

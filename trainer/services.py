@@ -164,6 +164,7 @@ def attempt_submit(*, attempt: Attempt, answer: str) -> Attempt:
 def attempt_grade(*, attempt: Attempt) -> Attempt:
     """Grade a submitted written answer with the question's grader (rubric) and schedule
     its review; a grader failure is stored as a readable error instead."""
+    from trainer.judging import request_judge
     from trainer.reviews import review_record
 
     question = attempt.question
@@ -182,6 +183,7 @@ def attempt_grade(*, attempt: Attempt) -> Attempt:
     attempt.grader_error = ""
     attempt.save(update_fields=["result", "score", "graded", "grader_error"])
     review_record(attempt=attempt)
+    request_judge(attempt)  # a second opinion on unclear points, when one is configured
     return attempt
 
 

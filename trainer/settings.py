@@ -228,6 +228,25 @@ MOCK_TIME_SCALE = float(os.environ.get("MOCK_TIME_SCALE", "1.0"))
 MOCK_DEADLINE_GRACE_S = float(os.environ.get("MOCK_DEADLINE_GRACE_S", "2.0"))
 MOCK_INVITE_HOURS = float(os.environ.get("MOCK_INVITE_HOURS", "24"))
 MOCK_LATE_CREDIT = float(os.environ.get("MOCK_LATE_CREDIT", "0.5"))
+# Optional second opinion on unclear rubric points (trainer/grading/judge.py): any
+# OpenAI-compatible endpoint (a vLLM on the GPU nodes, a hosted API). Off when the URL is
+# empty. The judge runs on the Celery `default` queue, never inside a request.
+RUBRIC_JUDGE_URL = os.environ.get("RUBRIC_JUDGE_URL", "").strip()
+RUBRIC_JUDGE_MODEL = os.environ.get("RUBRIC_JUDGE_MODEL", "").strip()
+RUBRIC_JUDGE_API_KEY = os.environ.get("RUBRIC_JUDGE_API_KEY", "")
+RUBRIC_JUDGE_TIMEOUT_S = float(os.environ.get("RUBRIC_JUDGE_TIMEOUT_S", "20"))
+RUBRIC_JUDGE_RETRIES = int(os.environ.get("RUBRIC_JUDGE_RETRIES", "2"))
+if RUBRIC_JUDGE_URL and not RUBRIC_JUDGE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        f"RUBRIC_JUDGE_URL={RUBRIC_JUDGE_URL!r} is not an http(s) address of an "
+        "OpenAI-compatible API (e.g. http://gpu-node:8000/v1)."
+    )
+if RUBRIC_JUDGE_URL and not RUBRIC_JUDGE_MODEL:
+    raise ImproperlyConfigured(
+        "RUBRIC_JUDGE_URL is set: set RUBRIC_JUDGE_MODEL too (the model name the endpoint serves)."
+    )
+if RUBRIC_JUDGE_TIMEOUT_S <= 0 or RUBRIC_JUDGE_RETRIES < 0:
+    raise ImproperlyConfigured("RUBRIC_JUDGE_TIMEOUT_S must be > 0 and RUBRIC_JUDGE_RETRIES >= 0.")
 # /healthz details (errors, timings, Celery workers) and ?deep=1 for a request carrying
 # `X-Healthz-Token: <this>` (staff see them when logged in); empty: staff only.
 HEALTHZ_TOKEN = os.environ.get("HEALTHZ_TOKEN", "")

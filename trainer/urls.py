@@ -8,6 +8,7 @@ from trainer import (
     follow_up_views,
     practice_views,
     scenario_views,
+    try_rubric,
     views,
 )
 
@@ -69,6 +70,7 @@ urlpatterns = [
     ),
     path("lab/", include("lab.urls")),
     path("mock/", include("mock.urls")),
+    path("admin/try-rubric/<int:question_id>/", try_rubric.try_rubric, name="try_rubric"),
     # Shadows admin:login (same path, matched first): the admin login is rate-limited too.
     path("admin/login/", views.admin_login_view, name="admin_login"),
     path("admin/", admin.site.urls),

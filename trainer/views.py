@@ -149,7 +149,12 @@ def progress_page(request: HttpRequest) -> HttpResponse:
         "due_now": progress.due_count(request.user),
         "chart_data": {
             "history": [
-                {"when": h["when"].isoformat(), "topic": h["topic"], "score": h["score"]}
+                {
+                    "when": h["when"].isoformat(),
+                    "topic": h["topic"],
+                    "score": h["score"],
+                    "regraded": h["regraded"],
+                }
                 for h in history
             ],
             "competencies": progress.competency_scores(request.user),

@@ -9,12 +9,16 @@ document.addEventListener("DOMContentLoaded", () => {
 
   const byTopic = {};
   for (const h of data.history) {
-    (byTopic[h.topic] = byTopic[h.topic] || { x: [], y: [] });
+    (byTopic[h.topic] = byTopic[h.topic] || { x: [], y: [], symbol: [], text: [] });
     byTopic[h.topic].x.push(h.when);
     byTopic[h.topic].y.push(Math.round(h.score * 100));
+    // Re-graded attempts (a newer grader or rubric) are drawn hollow and say so on hover.
+    byTopic[h.topic].symbol.push(h.regraded ? "circle-open" : "circle");
+    byTopic[h.topic].text.push(h.regraded ? "re-graded" : "");
   }
   const history = Object.entries(byTopic).map(([topic, s]) => ({
     x: s.x, y: s.y, name: topic, mode: "lines+markers", type: "scatter",
+    marker: { symbol: s.symbol, size: 8 }, text: s.text,
   }));
   Plotly.newPlot("chart-history", history, layout("score %", { yaxis: { title: "score %", range: [0, 100] } }), config);
 

@@ -45,8 +45,10 @@ def test_a_bank_question_and_an_ad_hoc_rubric_are_graded(tmp_path):
     from questions.models import Question
 
     question = Question.objects.filter(kind="scenario", status="published").first()
-    lines = [json.dumps({"question": question.slug, "answer": question.model_answer}),
-             json.dumps(AD_HOC)]  # fmt: skip
+    lines = [
+        json.dumps({"question": question.slug, "answer": question.model_answer}),
+        json.dumps(AD_HOC),
+    ]
     results, error = run(lines, tmp_path)
     assert error is None
     bank, ad_hoc = results

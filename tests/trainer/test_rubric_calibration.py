@@ -23,14 +23,17 @@ from bench.rubric_calibration import (
 )
 from trainer.grading.rubric import estimate, params
 
-# Measured on the held-out part with the committed tuned.json (see docs/BENCHMARKS.md).
+# The targets where the held-out part meets them (measured: agreement 85.8%,
+# ordering 17/19, on-topic-wrong 0.05, off 0.01, Spearman 0.82, ECE 0.039); the caught
+# contradictions miss their 80% target (measured 17/25 = 68%), so that floor guards the
+# measured level instead.
 FLOORS = {
-    "agreement": 0.0,
-    "ordered_share": 0.0,
-    "spearman": 0.0,
-    "caught_share": 0.0,
+    "agreement": 0.83,
+    "ordered_share": 0.75,
+    "spearman": 0.80,
+    "caught_share": 0.64,
 }
-CEILINGS = {"on-topic-wrong": 1.0, "off": 1.0, "ece": 1.0}
+CEILINGS = {"on-topic-wrong": 0.20, "off": 0.10, "ece": 0.10}
 
 
 @pytest.fixture(scope="module")

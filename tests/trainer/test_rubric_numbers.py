@@ -22,7 +22,9 @@ def test_the_right_value_matches():
 def test_a_wrong_value_with_the_right_unit_is_wrong_with_a_reason():
     status, reason = check("KV is 512 KiB per token", KV_PER_TOKEN)
     assert status is Status.WRONG
-    assert reason == "You said 512 KiB per token; this point expects ≈320 KiB for KV bytes per token."
+    assert (
+        reason == "You said 512 KiB per token; this point expects ≈320 KiB for KV bytes per token."
+    )
 
 
 def test_gb_is_not_gib():
@@ -51,7 +53,9 @@ def test_multipliers_ranges_and_number_words():
     values = {s.text: s.quantity for s in stated}
     assert values["8k"].magnitude == 8000
     assert values["70B"].magnitude == 70e9  # attached B: billions, not bytes
-    assert values["150"].to("s").magnitude == pytest.approx(0.15)  # a range's first number takes the unit
+    assert values["150"].to("s").magnitude == pytest.approx(
+        0.15
+    )  # a range's first number takes the unit
     assert values["1.2 million tokens"].to("token").magnitude == pytest.approx(1.2e6)
 
 

@@ -9,8 +9,13 @@ from trainer.grading.rubric.score import score, verified_share
 
 
 def row(verdict, weight=1.0, estimate=0.0, penalty=False, decided_by="verify"):
-    return {"verdict": verdict, "weight": weight, "estimate": estimate, "penalty": penalty,
-            "decided_by": decided_by}  # fmt: skip
+    return {
+        "verdict": verdict,
+        "weight": weight,
+        "estimate": estimate,
+        "penalty": penalty,
+        "decided_by": decided_by,
+    }
 
 
 def test_hit_counts_fully_unclear_by_its_estimate_the_rest_nothing():
@@ -29,8 +34,12 @@ def test_verified_share_is_the_verified_part_of_the_credit():
 
 
 def test_rescore_after_a_check_turns_an_unclear_point_into_a_hit():
-    stored = {"score": 0.25, "verified_share": 0.0, "flags": [],
-              "points": [row("unclear", 1, 0.5), row("missed", 1)]}  # fmt: skip
+    stored = {
+        "score": 0.25,
+        "verified_share": 0.0,
+        "flags": [],
+        "points": [row("unclear", 1, 0.5), row("missed", 1)],
+    }
     stored["points"][0] |= {"verdict": "hit", "decided_by": "check"}
     again = rescore(stored)
     assert again["score"] == 0.5 and again["verified_share"] == 1.0
@@ -44,7 +53,12 @@ def test_rescore_updates_the_red_flag():
 
 
 def test_old_results_without_verdicts_still_score():
-    old = {"score": 0.5, "points": [{"hit": True, "weight": 1, "penalty": False},
-                                    {"hit": False, "weight": 1, "penalty": False}]}  # fmt: skip
+    old = {
+        "score": 0.5,
+        "points": [
+            {"hit": True, "weight": 1, "penalty": False},
+            {"hit": False, "weight": 1, "penalty": False},
+        ],
+    }
     assert rescore(old)["score"] == 0.5
     assert rescore(old)["verified_share"] == 0.0  # read as decided by estimate

@@ -67,5 +67,8 @@ def test_a_term_mentioned_both_ways_counts_as_positive():
 
 def test_content_terms_skip_stopwords_and_rubric_verbs():
     assert terms.content_terms("Explains that decode reads all the weights each step") == [
-        [["decode"]], [["reads"]], [["weights"]], [["step"]],
+        [["decode"]],
+        [["reads"]],
+        [["weights"]],
+        [["step"]],
     ]

@@ -25,7 +25,9 @@ KV = Point(
     key_terms=("KV",),
     expects=("320 KiB ±10%",),
 )
-RED_FLAG = Point("Claims that streaming lowers the end-to-end latency of a request", 1, penalty=True)
+RED_FLAG = Point(
+    "Claims that streaming lowers the end-to-end latency of a request", 1, penalty=True
+)
 POINTS = [PHASES, KV, RED_FLAG]
 
 
@@ -70,10 +72,12 @@ def test_a_wrong_number_with_the_right_unit_is_contradicted_with_its_reason():
 
 def test_gb_for_gib_is_a_wrong_number_at_a_tight_tolerance():
     per_sequence = Point(
-        "Computes the KV cache of one 32K-token sequence: 10 GiB", 1,
+        "Computes the KV cache of one 32K-token sequence: 10 GiB",
+        1,
         claims=("One 32K-token sequence holds 10 GiB of KV cache.",),
-        key_terms=("KV | cache",), expects=("10 GiB ±2%",),
-    )  # fmt: skip
+        key_terms=("KV | cache",),
+        expects=("10 GiB ±2%",),
+    )
     hit = grade("A full 32K-token sequence holds 10 GiB of KV cache.", [per_sequence])
     wrong = grade("A full 32K-token sequence holds 10 GB of KV cache.", [per_sequence])
     assert hit.points[0].verdict == "hit"
@@ -136,10 +140,18 @@ def test_every_point_reports_estimate_attempted_and_rubric_version():
 
 def test_a_check_is_offered_for_an_attempted_unclear_or_contradicted_point_only():
     checked = Point(
-        KV.text, KV.weight, claims=KV.claims, key_terms=KV.key_terms, expects=KV.expects,
-        check={"kind": "choice", "ask": "Which heads set the KV size?", "answer": "KV heads",
-               "options": ["attention heads", "query heads"]},
-    )  # fmt: skip
+        KV.text,
+        KV.weight,
+        claims=KV.claims,
+        key_terms=KV.key_terms,
+        expects=KV.expects,
+        check={
+            "kind": "choice",
+            "ask": "Which heads set the KV size?",
+            "answer": "KV heads",
+            "options": ["attention heads", "query heads"],
+        },
+    )
     wrong = grade("Per token, the KV cache of this model takes 512 KiB.", [checked]).points[0]
     assert wrong.verdict == "contradicted"
     assert wrong.check["kind"] == "choice" and "answer" not in wrong.check

@@ -36,7 +36,7 @@ def _ad_hoc_points(rubric: Any) -> list[Point]:
     points = []
     for i, item in enumerate(rubric):
         if not isinstance(item, Mapping) or not str(item.get("text") or "").strip():
-            raise LineError(f"rubric point {i} needs a \"text\"")
+            raise LineError(f'rubric point {i} needs a "text"')
         try:
             points.append(Point.from_dict(item))
         except (TypeError, ValueError, KeyError) as exc:
@@ -64,8 +64,14 @@ def grade_record(record: Any) -> dict[str, Any]:
         "question": label,
         "score": result.score,
         "points": [
-            {"index": p.index, "text": p.text, "verdict": p.verdict, "estimate": p.estimate,
-             "evidence": p.evidence, "reason": p.reason}  # fmt: skip
+            {
+                "index": p.index,
+                "text": p.text,
+                "verdict": p.verdict,
+                "estimate": p.estimate,
+                "evidence": p.evidence,
+                "reason": p.reason,
+            }
             for p in result.points
         ],
         "red_flags": [p.text for p in result.points if p.penalty and p.verdict == "hit"],

@@ -28,23 +28,32 @@ def evaluate(
         unit = r.units[d.unit] if d.unit is not None and d.verdict != "missed" else None
         results.append(
             PointResult(
-                index=i, hit=d.verdict == "hit", similarity=round(d.best_pos, 4),
-                concepts_found=(), evidence=unit.text if unit else "", penalty=point.penalty,
-                weight=point.weight, evidence_parts=unit.parts if unit else (),
-                verdict=d.verdict, estimate=round(prob, 4), decided_by="verify" if d.verdict
-                == "hit" else "estimate", reason=d.reason, attempted=d.attempted,
-                text=point.text, rubric_version=version, check=public_check(point.check,
-                version) if d.attempted and d.verdict in ("unclear", "contradicted") else None,
-            )  # fmt: skip
+                index=i,
+                hit=d.verdict == "hit",
+                similarity=round(d.best_pos, 4),
+                concepts_found=(),
+                evidence=unit.text if unit else "",
+                penalty=point.penalty,
+                weight=point.weight,
+                evidence_parts=unit.parts if unit else (),
+                verdict=d.verdict,
+                estimate=round(prob, 4),
+                decided_by="verify" if d.verdict == "hit" else "estimate",
+                reason=d.reason,
+                attempted=d.attempted,
+                text=point.text,
+                rubric_version=version,
+                check=public_check(point.check, version)
+                if d.attempted and d.verdict in ("unclear", "contradicted")
+                else None,
+            )
         )
     flags = list(r.flags)
     if r.units and float(r.pos.max(initial=-1.0)) < p.thresholds.off_topic:
         flags.append("off-topic")
     if any(x.penalty and x.verdict == "hit" for x in results):
         flags.append("red flag")
-    confidence = (
-        sum(abs(x.estimate - 0.5) * 2 for x in results) / len(results) if results else 0.0
-    )
+    confidence = sum(abs(x.estimate - 0.5) * 2 for x in results) / len(results) if results else 0.0
     return RubricResult(score.score(results), tuple(results), round(confidence, 3), tuple(flags))
 
 

@@ -3,8 +3,8 @@
 Quantities are parsed with the trainer's pint registry (questions/expressions.py), so
 "10 GiB" and "10.7 GB" compare by value and GB != GiB. A stated number is compared with an
 expectation of the same dimension; one within the tolerance matches, one off by up to
-`WINDOW`x (512 vs 128 KiB is 4x) is a wrong value for that expectation (farther off, it is some other quantity);
-for plain counts only a match counts (answers are full of other counts).
+`WINDOW`x (512 vs 128 KiB is 4x) is a wrong value for that expectation (farther off, it is
+some other quantity); for plain counts only a match counts (answers are full of counts).
 """
 
 from __future__ import annotations
@@ -78,8 +78,12 @@ def parse_expect(item: object) -> Expect:
         tol = item.get("tol", DEFAULT_TOL)
         if isinstance(tol, str):
             tol = float(tol.strip().rstrip("%")) / 100
-        return Expect(float(item["value"]), str(item.get("unit") or ""), float(tol),
-                      str(item.get("label") or ""))  # fmt: skip
+        return Expect(
+            float(item["value"]),
+            str(item.get("unit") or ""),
+            float(tol),
+            str(item.get("label") or ""),
+        )
     match = _LITERAL_RE.match(str(item))
     if not match:
         raise ValueError(f"expected a number with a unit such as '320 KiB ±10%', got {item!r}")
@@ -118,8 +122,13 @@ def stated_numbers(text: str) -> list[Stated]:
                 base, full = nxt[2], nxt[3]
         span = text[m.start() : m.end()].strip()
         if base is None:
-            span = text[m.start() : m.end("word") if m["word"] else m.end("mult") if m["mult"]
-                        else m.end("num")]  # fmt: skip
+            span = text[
+                m.start() : m.end("word")
+                if m["word"]
+                else m.end("mult")
+                if m["mult"]
+                else m.end("num")
+            ]
         q = value * (full or base or expressions.UREG.dimensionless)
         out.append(Stated(span, q, value * base if full is not None else None))
     return out
@@ -132,7 +141,7 @@ def _in(q: expressions.Quantity, expect: Expect) -> float | None:
         if q.dimensionality != target.dimensionality:
             return None
         return float(q.to(target).magnitude)
-    except Exception:  # noqa: BLE001 (pint's conversion errors have no common base)
+    except Exception:  # pint's conversion errors have no common base
         return None
 
 
@@ -163,8 +172,12 @@ def check_each(stated: Sequence[Stated], expects: Sequence[Expect]) -> list[tupl
             out.append((Status.OK, ""))
         elif closest is not None and _has_unit(expect):  # plain counts are too common
             label = f" for {expect.label}" if expect.label else ""
-            out.append((Status.WRONG,
-                        f"You said {closest[1].text}; this point expects {expect.text()}{label}."))
+            out.append(
+                (
+                    Status.WRONG,
+                    f"You said {closest[1].text}; this point expects {expect.text()}{label}.",
+                )
+            )
         else:
             out.append((Status.NONE, ""))
     return out

@@ -64,11 +64,16 @@ class Point:
         if self.rubric_version:
             return self
         canonical = {
-            "text": self.text, "weight": self.weight, "penalty": self.penalty,
-            "concepts": self.concepts, "claims": self.claims,
-            "contradictions": self.contradictions, "key_terms": self.key_terms,
-            "expects": [e.__dict__ for e in self.expects], "check": self.check or {},
-        }  # fmt: skip
+            "text": self.text,
+            "weight": self.weight,
+            "penalty": self.penalty,
+            "concepts": self.concepts,
+            "claims": self.claims,
+            "contradictions": self.contradictions,
+            "key_terms": self.key_terms,
+            "expects": [e.__dict__ for e in self.expects],
+            "check": self.check or {},
+        }
         digest = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
         return replace(self, rubric_version=digest[:12])
 
@@ -84,8 +89,10 @@ def public_check(check: Mapping[str, Any] | None, seed: str) -> dict[str, Any] |
         unit = number.get("unit", "") if isinstance(number, Mapping) else ""
         return {"ask": check["ask"], "kind": "number", "unit": unit}
     options = [str(check.get("answer", "")), *(str(o) for o in check.get("options") or ())]
-    options = sorted(dict.fromkeys(o for o in options if o),
-                     key=lambda o: hashlib.sha256(f"{seed}:{o}".encode()).hexdigest())  # fmt: skip
+    options = sorted(
+        dict.fromkeys(o for o in options if o),
+        key=lambda o: hashlib.sha256(f"{seed}:{o}".encode()).hexdigest(),
+    )
     return {"ask": check["ask"], "kind": "choice", "options": options}
 
 
@@ -123,17 +130,24 @@ class PointResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "index": self.index, "text": self.text, "weight": self.weight,
-            "penalty": self.penalty, "verdict": self.verdict,
-            "estimate": round(float(self.estimate or 0.0), 4), "decided_by": self.decided_by,
-            "evidence": self.evidence, "evidence_parts": list(self.evidence_parts),
-            "reason": self.reason, "attempted": bool(self.attempted),
+            "index": self.index,
+            "text": self.text,
+            "weight": self.weight,
+            "penalty": self.penalty,
+            "verdict": self.verdict,
+            "estimate": round(float(self.estimate or 0.0), 4),
+            "decided_by": self.decided_by,
+            "evidence": self.evidence,
+            "evidence_parts": list(self.evidence_parts),
+            "reason": self.reason,
+            "attempted": bool(self.attempted),
             "rubric_version": self.rubric_version,
             "check": dict(self.check) if self.check else None,
             # read by feedback written before verdicts existed
-            "hit": self.hit, "similarity": self.similarity,
+            "hit": self.hit,
+            "similarity": self.similarity,
             "concepts_found": list(self.concepts_found),
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import numpy as np
 from trainer.grading.rubric import encoder, numbers, split, terms
 from trainer.grading.rubric.point import Point
 
+
 @dataclass(frozen=True)
 class Unit:
     text: str
@@ -69,9 +70,13 @@ def positives(point: Point) -> list[str]:
 
 def negatives(point: Point, points: Sequence[Point]) -> list[str]:
     """A point's contradictions; the red flags of the question join an ordinary point's."""
-    red_flags = [] if point.penalty else [
-        s for p in points if p.penalty and p is not point for s in red_flag_statements(p.text)
-    ]
+    red_flags = (
+        []
+        if point.penalty
+        else [
+            s for p in points if p.penalty and p is not point for s in red_flag_statements(p.text)
+        ]
+    )
     return [*point.contradictions, *red_flags]
 
 
@@ -125,8 +130,13 @@ def retrieve(answer: str, points: Sequence[Point], prompt: str = "") -> Retrieva
     for p in parts:
         text = " ".join(p)
         units.append(
-            Unit(text, p, tuple(terms.tagged_words(text)),
-                 tuple(numbers.stated_numbers(text)), stuffing(text))  # fmt: skip
+            Unit(
+                text,
+                p,
+                tuple(terms.tagged_words(text)),
+                tuple(numbers.stated_numbers(text)),
+                stuffing(text),
+            )
         )
     pos = np.zeros((n, len(units)))
     neg = np.full((n, len(units)), -1.0)

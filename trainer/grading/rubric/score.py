@@ -20,8 +20,11 @@ def _row(point: Any) -> dict[str, Any]:
     if point.get("verdict"):
         return dict(point)
     hit = bool(point.get("hit"))
-    return dict(point) | {"verdict": "hit" if hit else "missed",
-                          "estimate": 1.0 if hit else 0.0, "decided_by": "estimate"}  # fmt: skip
+    return dict(point) | {
+        "verdict": "hit" if hit else "missed",
+        "estimate": 1.0 if hit else 0.0,
+        "decided_by": "estimate",
+    }
 
 
 def credit(point: Mapping[str, Any]) -> float:

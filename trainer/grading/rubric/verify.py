@@ -87,9 +87,12 @@ def point_terms(point: Point) -> PointTerms:
         if not s.quantity.dimensionless
     )
     return PointTerms(
-        tuple(tuple(tuple(a) for a in g) for g in groups), tuple(labels), tuple(expected),
-        keyed, tuple(expects),
-    )  # fmt: skip
+        tuple(tuple(tuple(a) for a in g) for g in groups),
+        tuple(labels),
+        tuple(expected),
+        keyed,
+        tuple(expects),
+    )
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,15 @@ def raw_facts(pt: PointTerms, unit: Unit) -> Raw:
     return Raw(share, opposite, agree, status, reason, missing, negated_any, tuple(each))
 
 
-def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
-          t: Thresholds, raw: Raw | None = None) -> Facts:  # fmt: skip
+def facts(
+    point: Point,
+    pt: PointTerms,
+    unit: Unit,
+    pos: float,
+    neg: float,
+    t: Thresholds,
+    raw: Raw | None = None,
+) -> Facts:
     raw = raw or raw_facts(pt, unit)
     share, status = raw.share, raw.status
     negated = raw.opposite > 0 and (pt.keyed or raw.opposite >= raw.agree)
@@ -134,18 +144,42 @@ def facts(point: Point, pt: PointTerms, unit: Unit, pos: float, neg: float,
         t.numbers_required and pt.expects and status is numbers.Status.NONE and not point.penalty
     )
     verified = (
-        not stuffed and pos >= limit and pos - neg >= t.margin and share >= required - 1e-9
-        and not negated and numbers_ok
-    )  # fmt: skip
-    wrong_number = status is numbers.Status.WRONG and len(unit.parts) == 1
-    contradicted = not point.penalty and not verified and (
-        (pos >= t.verify_floor and wrong_number and share >= required - 1e-9)
-        or (pos >= t.retrieve and negated and share >= required - 1e-9)
-        or (not stuffed and neg >= t.contra_floor and neg - pos >= t.contra_margin
-            and share >= required - 1e-9)
+        not stuffed
+        and pos >= limit
+        and pos - neg >= t.margin
+        and share >= required - 1e-9
+        and not negated
+        and numbers_ok
     )
-    return Facts(pos, neg, share, negated, status, raw.reason, unit.stuffing, bool(verified),
-                 bool(contradicted), raw.missing, raw.negated_any, stuffed)  # fmt: skip
+    wrong_number = status is numbers.Status.WRONG and len(unit.parts) == 1
+    contradicted = (
+        not point.penalty
+        and not verified
+        and (
+            (pos >= t.verify_floor and wrong_number and share >= required - 1e-9)
+            or (pos >= t.retrieve and negated and share >= required - 1e-9)
+            or (
+                not stuffed
+                and neg >= t.contra_floor
+                and neg - pos >= t.contra_margin
+                and share >= required - 1e-9
+            )
+        )
+    )
+    return Facts(
+        pos,
+        neg,
+        share,
+        negated,
+        status,
+        raw.reason,
+        unit.stuffing,
+        bool(verified),
+        bool(contradicted),
+        raw.missing,
+        raw.negated_any,
+        stuffed,
+    )
 
 
 def _facts(i: int, k: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresholds) -> Facts:
@@ -155,8 +189,9 @@ def _facts(i: int, k: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresh
     return facts(point, pt, r.units[k], float(r.pos[i][k]), float(r.neg[i][k]), t, raw)
 
 
-def decide(i: int, point: Point, r: Retrieval, t: Thresholds,
-           honest: frozenset[str] = frozenset()) -> Decision:  # fmt: skip
+def decide(
+    i: int, point: Point, r: Retrieval, t: Thresholds, honest: frozenset[str] = frozenset()
+) -> Decision:
     """The verdict on point `i`: hit if a unit verifies it, contradicted if one contradicts
     it, unclear if one is about it, missed otherwise. A red flag is not hit by a unit made
     of `honest` sentences (ones that verify an ordinary point: "if it were MHA, 2.5 MiB")."""
@@ -166,13 +201,17 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds,
     pos, neg = r.pos[i], r.neg[i]
     best_pos = float(pos.max())
     order = np.argsort(-pos)
-    found = [(int(k), _facts(i, int(k), point, pt, r, t))
-             for k in order if pos[k] >= t.retrieve or neg[k] >= t.contra_floor]  # fmt: skip
+    found = [
+        (int(k), _facts(i, int(k), point, pt, r, t))
+        for k in order
+        if pos[k] >= t.retrieve or neg[k] >= t.contra_floor
+    ]
     attempted = best_pos >= t.retrieve
     for k, f in found:  # stating a known wrong version outweighs a right sentence elsewhere
         if f.contradicted and f.neg >= t.strong_contra and f.neg - f.pos >= t.contra_margin:
-            return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
-                            True, best_pos)  # fmt: skip
+            return Decision(
+                "contradicted", k, f, _contradiction_reason(point, f, r, i, k), True, best_pos
+            )
     wrong = _wrong_number(i, point, pt, r, t, found)
     if wrong is not None:
         k, f, reason = wrong
@@ -182,8 +221,9 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds,
             return Decision("hit", k, f, "", True, best_pos)
     for k, f in found:
         if f.contradicted and f.numbers is not numbers.Status.WRONG:
-            return Decision("contradicted", k, f, _contradiction_reason(point, f, r, i, k),
-                            True, best_pos)  # fmt: skip
+            return Decision(
+                "contradicted", k, f, _contradiction_reason(point, f, r, i, k), True, best_pos
+            )
     top = int(order[0])
     f = found[0][1] if found and found[0][0] == top else _facts(i, top, point, pt, r, t)
     if point.penalty or not attempted:
@@ -191,8 +231,14 @@ def decide(i: int, point: Point, r: Retrieval, t: Thresholds,
     return Decision("unclear", top, f, _unclear_reason(pt, f, t), True, best_pos)
 
 
-def _wrong_number(i: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresholds,
-                  found: list[tuple[int, Facts]]) -> tuple[int, Facts, str] | None:  # fmt: skip
+def _wrong_number(
+    i: int,
+    point: Point,
+    pt: PointTerms,
+    r: Retrieval,
+    t: Thresholds,
+    found: list[tuple[int, Facts]],
+) -> tuple[int, Facts, str] | None:
     """A number the point expects, stated wrongly in a sentence about the point and stated
     rightly nowhere in the answer: that refutes the point even beside a right sentence."""
     if point.penalty or not pt.expects:
@@ -203,8 +249,12 @@ def _wrong_number(i: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresho
             continue
         for k, f in found:
             status, reason = r.memo[(i, k)].each[j]
-            if (status is numbers.Status.WRONG and len(r.units[k].parts) == 1
-                    and f.pos >= t.verify_floor and f.share >= required - 1e-9):  # fmt: skip
+            if (
+                status is numbers.Status.WRONG
+                and len(r.units[k].parts) == 1
+                and f.pos >= t.verify_floor
+                and f.share >= required - 1e-9
+            ):
                 return k, f, reason
     return None
 
