@@ -7,7 +7,11 @@ lock, so a check the learner answers meanwhile is never overwritten.
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from trainer.grading import judge
 from trainer.models import Attempt
@@ -19,9 +23,14 @@ def request_judge(attempt: Attempt) -> None:
     """After grading: when a judge is configured and some points are unclear, mark the
     result pending and queue the task once the transaction commits. A broker that refuses
     the message leaves the offline verdicts, with a note saying so."""
-    if judge.JudgeConfig.from_settings() is None or not judge.pending_points(attempt.result):
+    if judge.JudgeConfig.from_settings() is None:
         return
-    attempt.result = attempt.result | {"judge": {"status": "pending"}}
+    pending = len(judge.pending_points(attempt.result))
+    if not pending:
+        return
+    attempt.result = attempt.result | {
+        "judge": {"status": "pending", "since": timezone.now().isoformat(), "points": pending}
+    }
     attempt.save(update_fields=["result"])
     attempt_id = attempt.pk
 
@@ -82,3 +91,38 @@ def store_judge_failure(attempt_id: int, error: str) -> None:
             "judge": {"status": "failed", "error": FAILED_MESSAGE.format(error=error)}
         }
         attempt.save(update_fields=["result"])
+
+
+def judge_state(result: dict) -> dict | None:
+    """What the feedback page says about the judge: None when none was asked, else its
+    status (pending / done / failed / late) and a sentence. A pending judge that should
+    have answered by now (every try timed out, plus a minute) is `late`: the page stops
+    waiting and says the offline verdicts stand."""
+    state = (result or {}).get("judge")
+    if not state:
+        return None
+    status = state.get("status")
+    if status == "done":
+        return {
+            "status": "done",
+            "text": f"Second opinion: {state.get('model', 'the judge')} "
+            f"answered on {state.get('points', 0)} unclear point(s).",
+        }
+    if status == "failed":
+        return {"status": "failed", "text": state.get("error", "The second opinion failed.")}
+    budget = settings.RUBRIC_JUDGE_TIMEOUT_S * max(1, state.get("points", 1))
+    budget = budget * (settings.RUBRIC_JUDGE_RETRIES + 1) + 60
+    try:
+        since = datetime.fromisoformat(state["since"])
+    except (KeyError, TypeError, ValueError):
+        since = None
+    if since is not None and (timezone.now() - since).total_seconds() > budget:
+        return {
+            "status": "late",
+            "text": "The second opinion has not answered; the offline verdicts stand.",
+        }
+    return {
+        "status": "pending",
+        "text": "Asking a second opinion (a judge model) about the "
+        "unclear points; this updates by itself.",
+    }

@@ -11,7 +11,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from common import ratelimits
-from trainer import feedback, follow_up_views, point_checks, services
+from trainer import feedback, follow_up_views, judging, point_checks, services
 from trainer.feedback import PointRow, RubricLine
 from trainer.models import Attempt, ReviewCard
 from trainer.selectors import own_attempt
@@ -60,6 +60,7 @@ def scenario_context(attempt: Attempt) -> dict:
         "check_window_s": point_checks.CHECK_WINDOW_S,
         "follow_ups": follow_up_views.rows(attempt) if attempt.submitted else [],
         "objectable": True,
+        "judge": judging.judge_state(attempt.result),
     }
 
 

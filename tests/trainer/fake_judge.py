@@ -14,6 +14,7 @@ class FakeJudge:
     def __init__(self) -> None:
         self.mode = "covered"  # covered | not_covered | contradicted | error | slow | garbage
         self.requests: list[dict] = []
+        self.delay_s = 0.0  # answer this late (a slow model), whatever the mode
         server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         server.daemon_threads = True
         self.server = server
@@ -39,6 +40,7 @@ class FakeJudge:
                 )
                 if fake.mode == "error":
                     return self._send(500, {"error": {"message": "boom"}})
+                time.sleep(fake.delay_s)
                 if fake.mode == "slow":
                     time.sleep(3)
                 content = (

@@ -232,7 +232,8 @@ def test_the_worker_asks_the_judge_and_the_stored_verdict_changes(
     attempt = _attempt_with_unclear_point(django_user_model)
     with transaction.atomic():
         request_judge(attempt)
-        assert attempt.result["judge"] == {"status": "pending"}  # the page can say so at once
+        assert attempt.result["judge"]["status"] == "pending"  # the page can say so at once
+        assert attempt.result["judge"]["points"] == 1
     attempt = _wait_for_judge(attempt)
     point = attempt.result["points"][1]
     assert (point["verdict"], point["decided_by"]) == ("hit", "judge")
@@ -272,3 +273,31 @@ def test_no_judge_is_requested_when_none_is_configured(settings, db, django_user
     request_judge(attempt)
     attempt.refresh_from_db()
     assert "judge" not in attempt.result
+
+
+def test_the_page_stops_waiting_for_a_judge_that_never_answers(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from trainer.judging import judge_state
+
+    settings.RUBRIC_JUDGE_TIMEOUT_S, settings.RUBRIC_JUDGE_RETRIES = 10, 1
+    now = timezone.now()
+    fresh = {"judge": {"status": "pending", "since": now.isoformat(), "points": 2}}
+    assert judge_state(fresh)["status"] == "pending"
+    # 2 points x 10 s x 2 tries + 60 s = 100 s of budget
+    old = {
+        "judge": {
+            "status": "pending",
+            "since": (now - timedelta(seconds=101)).isoformat(),
+            "points": 2,
+        }
+    }
+    assert judge_state(old) == {
+        "status": "late",
+        "text": "The second opinion has not answered; the offline verdicts stand.",
+    }
+    assert judge_state({}) is None
+    failed = {"judge": {"status": "failed", "error": "The second opinion could not be reached (x)"}}
+    assert judge_state(failed)["status"] == "failed"

@@ -5,71 +5,178 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('trainer', '0003_practice_reviews'),
+        ("trainer", "0003_practice_reviews"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='VerdictObjection',
+            name="VerdictObjection",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('follow_up', models.PositiveIntegerField(blank=True, help_text='Follow-up index; empty: the main answer.', null=True)),
-                ('point_index', models.PositiveIntegerField()),
-                ('verdict', models.CharField(help_text='The verdict objected to.', max_length=16)),
-                ('rubric_version', models.CharField(blank=True, max_length=32)),
-                ('grader_version', models.CharField(blank=True, max_length=32)),
-                ('note', models.TextField(blank=True, help_text="The learner's words.")),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('status', models.CharField(choices=[('open', 'Open'), ('accepted', 'Accepted'), ('rejected', 'Rejected')], default='open', max_length=10)),
-                ('staff_label', models.CharField(blank=True, choices=[('strong', 'strong'), ('partial', 'partial'), ('on-topic-wrong', 'on-topic-wrong'), ('off', 'off'), ('adversarial', 'adversarial'), ('buzzword', 'buzzword')], help_text="The answer's label.", max_length=16)),
-                ('correct_verdict', models.CharField(blank=True, choices=[('hit', 'hit (the answer makes the point)'), ('missed', 'missed (the answer does not make it)'), ('contradicted', 'contradicted (the answer states it wrongly)')], help_text='The right verdict for this point; empty: the opposite of the objected one.', max_length=16)),
-                ('attempt', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='objections', to='trainer.attempt')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "follow_up",
+                    models.PositiveIntegerField(
+                        blank=True, help_text="Follow-up index; empty: the main answer.", null=True
+                    ),
+                ),
+                ("point_index", models.PositiveIntegerField()),
+                ("verdict", models.CharField(help_text="The verdict objected to.", max_length=16)),
+                ("rubric_version", models.CharField(blank=True, max_length=32)),
+                ("grader_version", models.CharField(blank=True, max_length=32)),
+                ("note", models.TextField(blank=True, help_text="The learner's words.")),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("open", "Open"),
+                            ("accepted", "Accepted"),
+                            ("rejected", "Rejected"),
+                        ],
+                        default="open",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "staff_label",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("strong", "strong"),
+                            ("partial", "partial"),
+                            ("on-topic-wrong", "on-topic-wrong"),
+                            ("off", "off"),
+                            ("adversarial", "adversarial"),
+                            ("buzzword", "buzzword"),
+                        ],
+                        help_text="The answer's label.",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "correct_verdict",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("hit", "hit (the answer makes the point)"),
+                            ("missed", "missed (the answer does not make it)"),
+                            ("contradicted", "contradicted (the answer states it wrongly)"),
+                        ],
+                        help_text="The right verdict for this point; empty: the opposite of the objected one.",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "attempt",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="objections",
+                        to="trainer.attempt",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('-created',),
+                "ordering": ("-created",),
             },
         ),
         migrations.CreateModel(
-            name='FollowUpResponse',
+            name="FollowUpResponse",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveIntegerField()),
-                ('prompt', models.TextField()),
-                ('draft', models.TextField(blank=True)),
-                ('draft_saved', models.DateTimeField(blank=True, null=True)),
-                ('answer', models.TextField(blank=True)),
-                ('submitted', models.DateTimeField(blank=True, null=True)),
-                ('score', models.FloatField(blank=True, help_text='0..1', null=True)),
-                ('result', models.JSONField(blank=True, default=dict)),
-                ('attempt', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='follow_up_responses', to='trainer.attempt')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveIntegerField()),
+                ("prompt", models.TextField()),
+                ("draft", models.TextField(blank=True)),
+                ("draft_saved", models.DateTimeField(blank=True, null=True)),
+                ("answer", models.TextField(blank=True)),
+                ("submitted", models.DateTimeField(blank=True, null=True)),
+                ("score", models.FloatField(blank=True, help_text="0..1", null=True)),
+                ("result", models.JSONField(blank=True, default=dict)),
+                (
+                    "attempt",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="follow_up_responses",
+                        to="trainer.attempt",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('attempt', 'index'),
-                'constraints': [models.UniqueConstraint(fields=('attempt', 'index'), name='one_response_per_follow_up')],
+                "ordering": ("attempt", "index"),
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("attempt", "index"), name="one_response_per_follow_up"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='PointCheck',
+            name="PointCheck",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('point_index', models.PositiveIntegerField()),
-                ('kind', models.CharField(choices=[('choice', 'Multiple choice'), ('number', 'Number with a unit')], max_length=8)),
-                ('ask', models.TextField()),
-                ('options', models.JSONField(blank=True, default=list, help_text='As shown (shuffled).')),
-                ('unit', models.CharField(blank=True, help_text="A number check's unit.", max_length=64)),
-                ('verdict_before', models.CharField(max_length=16)),
-                ('offered', models.DateTimeField()),
-                ('answered', models.DateTimeField(blank=True, help_text='Answered or closed.', null=True)),
-                ('response', models.CharField(blank=True, help_text='Blank: not answered.', max_length=200)),
-                ('passed', models.BooleanField(blank=True, help_text='None: not answered.', null=True)),
-                ('reason', models.CharField(blank=True, max_length=300)),
-                ('attempt', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='point_checks', to='trainer.attempt')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("point_index", models.PositiveIntegerField()),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("choice", "Multiple choice"), ("number", "Number with a unit")],
+                        max_length=8,
+                    ),
+                ),
+                ("ask", models.TextField()),
+                (
+                    "options",
+                    models.JSONField(blank=True, default=list, help_text="As shown (shuffled)."),
+                ),
+                (
+                    "unit",
+                    models.CharField(blank=True, help_text="A number check's unit.", max_length=64),
+                ),
+                ("verdict_before", models.CharField(max_length=16)),
+                ("offered", models.DateTimeField()),
+                (
+                    "answered",
+                    models.DateTimeField(blank=True, help_text="Answered or closed.", null=True),
+                ),
+                (
+                    "response",
+                    models.CharField(blank=True, help_text="Blank: not answered.", max_length=200),
+                ),
+                (
+                    "passed",
+                    models.BooleanField(blank=True, help_text="None: not answered.", null=True),
+                ),
+                ("reason", models.CharField(blank=True, max_length=300)),
+                (
+                    "attempt",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="point_checks",
+                        to="trainer.attempt",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('attempt', 'point_index'),
-                'constraints': [models.UniqueConstraint(fields=('attempt', 'point_index'), name='one_check_per_point')],
+                "ordering": ("attempt", "point_index"),
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("attempt", "point_index"), name="one_check_per_point"
+                    )
+                ],
             },
         ),
     ]
