@@ -91,6 +91,8 @@ class ParameterIn(_Strict):
             raise ValueError("give exactly one of choices, range or value")
         if self.catalog and not self.choices:
             raise ValueError("a catalog parameter needs `choices` (catalog slugs)")
+        if self.catalog and not all(isinstance(c, str) for c in self.choices or ()):
+            raise ValueError("catalog choices must be catalog slugs (text), e.g. [llama-3-70b]")
         if self.catalog and self.unit:
             raise ValueError("a catalog parameter takes its units from the catalog; drop `unit`")
         if (

@@ -233,3 +233,11 @@ def test_the_real_bank_states_the_rule_for_each_unauthored_point():
     """Every message the real bank gives is either none or the refusal rule (until authored)."""
     others = [str(e) for e in read_bank().errors if "rubric point" not in e.path]
     assert others == []
+
+
+def test_a_catalog_choice_that_is_not_a_slug_is_an_error_not_a_crash(tmp_path):
+    data = topic_data()
+    scenario(data)["variables"]["model"]["choices"] = [["llama-3-70b"]]
+    error = only_error(tmp_path, data)
+    assert error.startswith(f"{FILE}: questions[0] (kv-why) > variables > model: ")
+    assert "catalog choices must be catalog slugs (text)" in error
