@@ -6,11 +6,21 @@ grader reads a question's rubric points through RubricPoint.as_point() when it h
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from trainer.grading.registry import Grader
 from trainer.grading.rubric import estimate, params, retrieve, score, verify
 from trainer.grading.rubric.point import Point, PointResult, RubricResult, public_check
+
+LIST_CAP = 0.1  # most a point earns from an answer that is a list of terms
+LIST_REASON = "Your answer lists terms; it does not say how they connect."
+
+
+def is_term_list(r: retrieve.Retrieval, t: params.Thresholds) -> bool:
+    """Whether most of the answer's sentences are lists of terms (keyword stuffing)."""
+    sentences = [u for u in r.units if len(u.parts) == 1]
+    return bool(sentences) and sum(u.stuffing >= t.stuffed for u in sentences) >= len(sentences) / 2
 
 
 def evaluate(
@@ -19,11 +29,15 @@ def evaluate(
     """Verdicts, estimates and the score from a retrieval (cheap: no model call)."""
     results = []
     decisions = verify.decide_all(points, r, p.thresholds)
+    listed = is_term_list(r, p.thresholds)
     for i, (point, d) in enumerate(zip(points, decisions, strict=True)):
         keyed = bool(point.key_terms)
         prob = estimate.estimate(d, keyed, p.calibration)
         if d.verdict == "missed" and not point.penalty:
             prob = min(prob, 0.5)  # nothing in the answer is about it
+        if listed and not point.penalty and d.verdict in ("hit", "unclear"):
+            d = dataclasses.replace(d, verdict="unclear", reason=LIST_REASON)
+            prob = min(prob, LIST_CAP)  # naming the terms is not stating the point
         version = point.with_version().rubric_version
         unit = r.units[d.unit] if d.unit is not None and d.verdict != "missed" else None
         results.append(
@@ -49,7 +63,8 @@ def evaluate(
             )
         )
     flags = list(r.flags)
-    if r.units and float(r.pos.max(initial=-1.0)) < p.thresholds.off_topic:
+    nothing = not any(x.attempted for x in results if not x.penalty)
+    if r.units and (nothing or float(r.pos.max(initial=-1.0)) < p.thresholds.off_topic):
         flags.append("off-topic")
     if any(x.penalty and x.verdict == "hit" for x in results):
         flags.append("red flag")
