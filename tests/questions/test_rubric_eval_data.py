@@ -117,4 +117,3 @@ def test_published_questions_have_the_four_levels(path: Path) -> None:
         labels = Counter(answer["label"] for answer in entry["answers"])
         missing = REQUIRED_LABELS - set(labels)
         assert not missing, f"{path.name}: {entry['slug']} lacks {sorted(missing)}"
-
