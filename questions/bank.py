@@ -243,11 +243,13 @@ class BankError:
     message: str
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"{self.file}: {self.path}: {self.message}"
             if self.path
             else f"{self.file}: {self.message}"
         )
+        # One error, one line: a key like "\x1e" would otherwise split it (str.splitlines).
+        return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 @dataclass
@@ -291,6 +293,22 @@ def _read_yaml(path: Path, errors: list[BankError]) -> Any:
     return None
 
 
+def _nul_paths(node: Any, loc: tuple = ()) -> Iterable[tuple]:
+    """Where a string (a key or a value) holds a NUL character: PostgreSQL text and JSON
+    columns cannot store one, so the bank refuses it whatever the database."""
+    if isinstance(node, str):
+        if "\x00" in node:
+            yield loc
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(key, str) and "\x00" in key:
+                yield (*loc, key)
+            yield from _nul_paths(value, (*loc, key))
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _nul_paths(item, (*loc, i))
+
+
 def _parse(model: type[BaseModel], data: Any, file: str, errors: list[BankError]):
     if not isinstance(data, dict):
         top = "`loops:`" if model is LoopsFileIn else "`topic:` and `questions:`"
@@ -317,6 +335,13 @@ def read_bank(paths: Iterable[Path] | None = None) -> Bank:
         if data is None:
             if not any(e.file == path.name for e in bank.errors):
                 bank.errors.append(BankError(path.name, "", "is empty"))
+            continue
+        nul_locs = _nul_paths(data) if isinstance(data, dict) else ()
+        nul = [_pydantic_path(loc, data) for loc in nul_locs]
+        for where in nul:
+            message = "contains a NUL character (\\0), which no database column can hold"
+            bank.errors.append(BankError(path.name, where, message))
+        if nul:
             continue
         if path.name == LOOPS_FILE:
             parsed = _parse(LoopsFileIn, data, path.name, bank.errors)

@@ -18,6 +18,8 @@ AUTHOR_MODELS = (
     "loop",
     "loopitem",
 )
+# The learners' objections to verdicts: authors review them (no add, no delete).
+AUTHOR_OBJECTION_PERMS = ("view_verdictobjection", "change_verdictobjection")
 
 
 @dataclass(frozen=True)
@@ -32,10 +34,13 @@ DEMO_AUTHOR = DemoAccount("author", "author-inference-2026", "author (admin at /
 
 
 def authors_group_ensure() -> Group:
-    """The Authors group with every permission on the question-bank models."""
+    """The Authors group: every permission on the question-bank models, and the review of
+    learners' objections to verdicts."""
     group, _ = Group.objects.get_or_create(name=AUTHORS_GROUP)
     perms = Permission.objects.filter(
         content_type__app_label="questions", content_type__model__in=AUTHOR_MODELS
+    ) | Permission.objects.filter(
+        content_type__app_label="trainer", codename__in=AUTHOR_OBJECTION_PERMS
     )
     group.permissions.set(perms)
     return group

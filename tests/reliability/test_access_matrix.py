@@ -41,7 +41,14 @@ from mock.models import FollowUpAnswer, MockInterview, MockInvite, MockItem
 from questions.models import Loop, LoopItem, Question, Topic
 from trainer import services
 from trainer.demo import authors_group_ensure
-from trainer.models import Attempt, ReviewCard, StepAnswer
+from trainer.models import (
+    Attempt,
+    FollowUpResponse,
+    PointCheck,
+    ReviewCard,
+    StepAnswer,
+    VerdictObjection,
+)
 
 ROLES = ("anon", "A", "B", "I", "author", "staff")
 
@@ -83,6 +90,14 @@ regrade                                       GET     login  405    405    405  
 regrade                                       POST    login  302    404    404    404    404
 self_assess                                   GET     login  405    405    405    405    405
 self_assess                                   POST    login  302    404    404    404    404
+checks                                        GET     login  405    405    405    405    405
+checks                                        POST    login  400    404    404    404    404
+objection                                     GET     login  405    405    405    405    405
+objection                                     POST    login  400    404    404    404    404
+follow_up_draft                               GET     login  405    405    405    405    405
+follow_up_draft                               POST    login  404    404    404    404    404
+follow_up_submit                              GET     login  405    405    405    405    405
+follow_up_submit                              POST    login  404    404    404    404    404
 # A's arithmetic attempt
 step_submit                                   GET     login  405    405    405    405    405
 step_submit                                   POST    login  200    404    404    404    404
@@ -163,6 +178,17 @@ admin:auth_user_change                        POST    admin  admin  admin  admin
 admin/auth/user/<path:object_id>/             GET     admin  admin  admin  admin  302    302
 admin:questions_question_preview              GET     admin  admin  admin  admin  200    200
 admin:questions_question_preview              POST    admin  admin  admin  admin  200    200
+# trying a rubric on pasted answers: staff (authors and operators)
+try_rubric                                    GET     admin  admin  admin  admin  200    200
+try_rubric                                    POST    admin  admin  admin  admin  200    200
+# learners' objections to verdicts: authors review them; nobody adds or deletes one here
+admin:trainer_verdictobjection_changelist     GET     admin  admin  admin  admin  200    200
+admin:trainer_verdictobjection_add            GET     admin  admin  admin  admin  403    403
+admin:trainer_verdictobjection_history        GET     admin  admin  admin  admin  200    200
+admin:trainer_verdictobjection_delete         GET     admin  admin  admin  admin  403    200
+admin:trainer_verdictobjection_change         GET     admin  admin  admin  admin  200    200
+admin:trainer_verdictobjection_change         POST    admin  admin  admin  admin  200    200
+admin/trainer/verdictobjection/<path:object_id>/  GET admin  admin  admin  admin  302    302
 """
 # fmt: on
 
@@ -209,6 +235,11 @@ POST_DATA = {
     "mock_next": {"main": "moving on"},
     "mock_mark": {"point": ["0"], "notes": "marked"},
     "lab_run_cancel": {"next": "/lab/runs/"},
+    "checks": {"check:0": "0"},
+    "objection": {"point": "0", "note": "not mine"},
+    "follow_up_draft": {"answer": "written by someone else"},
+    "follow_up_submit": {"answer": "written by someone else"},
+    "try_rubric": {"answers": "The KV cache grows with context."},
 }
 
 # URL kwargs that name one of A's objects, and whose rows must refuse B and the author.
@@ -256,6 +287,10 @@ def world(settings, redis_url):
     )  # fmt: skip
     LabPoint.objects.create(run=run, seq=0, series="gqa", x=16, y=16384)
 
+    objection = VerdictObjection.objects.create(
+        attempt=attempt, point_index=0, verdict="missed", note="A's objection"
+    )
+
     loop = Loop.objects.create(slug="access-loop", title="Access loop")
     # Arithmetic first: A's answers to it are graded as they come, so finishing the mock
     # needs no rubric grading (the sentence model is not what this test is about).
@@ -282,14 +317,19 @@ def world(settings, redis_url):
         ("questions", "problem"): arithmetic.problem,
         ("questions", "step"): step,
         ("questions", "loop"): loop,
+        ("trainer", "verdictobjection"): objection,
     }
     users_by_role = {"anon": None, "A": a, "B": b, "I": i, "author": author, "staff": staff}
     return objects, users_by_role
 
 
 def url_kwargs(key: str, route: str, o: dict) -> dict:
-    if key in {"attempt", "draft", "submit", "regrade", "self_assess"}:
+    if key in {"attempt", "draft", "submit", "regrade", "self_assess", "checks", "objection"}:
         return {"attempt_id": o["attempt"].pk}
+    if key in {"follow_up_draft", "follow_up_submit"}:
+        return {"attempt_id": o["attempt"].pk, "index": 0}
+    if key == "try_rubric":
+        return {"question_id": o["scenario"].pk}
     if key in {"step_submit", "step_hint"}:
         return {"attempt_id": o["steps_attempt"].pk, "step_name": o["step"].name}
     if key in {"practice", "practice_new"}:
@@ -354,6 +394,9 @@ def snapshot(o: dict, a) -> dict:
         "attempts": Attempt.objects.filter(user=a),
         "step answers": StepAnswer.objects.filter(attempt__user=a),
         "review cards": ReviewCard.objects.filter(user=a),
+        "point checks": PointCheck.objects.filter(attempt__user=a),
+        "follow-up answers": FollowUpResponse.objects.filter(attempt__user=a),
+        "objections": VerdictObjection.objects.filter(attempt__user=a),
         "lab runs": LabRun.objects.filter(owner=a),
         "lab points": LabPoint.objects.filter(run__owner=a),
         "mocks": MockInterview.objects.filter(user=a),

@@ -226,7 +226,11 @@ def test_the_site_keeps_working_while_redis_is_down_and_recovers_when_it_returns
             assert site.post(f"{attempt_url}submit/", {"answer": answer}).status_code == 302
             attempt.refresh_from_db()
             assert attempt.answer == answer and attempt.graded and attempt.score >= 0.6
-            assert "Model answer" in site.get(attempt_url).text
+            page = site.get(attempt_url).text
+            if "Quick checks" in page:  # points the grader could not settle: skip the round
+                assert site.post(f"{attempt_url}checks/", {"skip": "1"}).status_code == 302
+                page = site.get(attempt_url).text
+            assert "Model answer" in page
 
             # Practice, arithmetic: one step checked in place and stored.
             response = site.post(

@@ -176,8 +176,15 @@ def test_mutated_bank_files_load_or_fail_naming_file_and_field(tmp_path: Path):
     @example((bank.LOOPS_FILE, "[1, 2]"))
     # A topic order past a 64-bit integer: OverflowError from SQLite inside the load.
     @example(("cancellation.yaml", "PLACEHOLDER-huge-order"))
+    # A NUL inside a string: SQLite stores it, PostgreSQL's text and JSON columns refuse it
+    # (DataError during the load); the bank refuses it first, naming the field.
+    @example(("cancellation.yaml", "PLACEHOLDER-nul"))
     def case(document):
         name, text = document
+        if text == "PLACEHOLDER-nul":
+            tree = copy.deepcopy(TOPICS[name])
+            tree["questions"][0]["title"] = "A\x00B"
+            text = yaml.safe_dump(tree, sort_keys=False)
         if text == "PLACEHOLDER-long-step-name":
             text = _with_long_step_name()
         if text == "PLACEHOLDER-huge-order":
