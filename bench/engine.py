@@ -448,7 +448,8 @@ def _newer(a: Path, b: Path) -> bool:
     return a.exists() and b.exists() and a.stat().st_mtime > b.stat().st_mtime + 60
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Run the sections; returns how many failed (each failure is printed, the rest run)."""
     parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller workloads (~half time)")
     parser.add_argument("--sections", default="".join(SECTIONS), help="e.g. abd")
@@ -467,6 +468,7 @@ def main(argv: list[str] | None = None) -> None:
     if bench.bundled and _newer(WEIGHTS / "tokenizer.json", WEIGHTS / "target"):
         print("\nWarning: weights/tokenizer.json is newer than weights/target: a training run "
               "may be rewriting weights/; held-out text may not match these weights.")  # fmt: skip
+    failed = 0
     for key in args.sections:
         title, run = SECTIONS[key]
         print(f"\n### {title}\n", flush=True)
@@ -476,10 +478,12 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as exc:  # one broken section must not hide the others
             traceback.print_exc()
             print(f"failed: {exc!r}")
+            failed += 1
         elapsed, load = time.perf_counter() - t0, os.getloadavg()[0]
         print(f"\n({elapsed:.0f} s; load average {load:.1f} after)", flush=True)
     load = os.getloadavg()[0]
     print(f"\nTotal {time.perf_counter() - started:.0f} s; load average at the end {load:.1f}.")
+    return failed
 
 
 if __name__ == "__main__":
