@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lab.engine.attention import causal_attention, causal_mask
 from lab.engine.kv_pool import KVPool
 from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams, make_generator, probabilities
+from lab.engine.slot_attention import SlotAttention
 
 
 def accept_greedy(draft_tokens: Seq[int], target_tokens: Seq[int]) -> list[int]:
@@ -72,47 +72,6 @@ def accept_sampled(
     last = torch.multinomial(weights, 1, generator=generator)
     out = torch.cat((draft_tokens.to(last.device), last, num_accepted.view(1))).tolist()
     return [*out[: out[-1]], out[k]]
-
-
-class SlotAttention:
-    """Attention backend over one region per sequence: token p of the sequence in slot s
-    lives at kv[layer, 0 (K) or 1 (V), s, p]. New K/V are written and the history is read
-    as slices (views) of that region; each sequence goes through `causal_attention`.
-
-    kv: [layers, 2, slots, max_model_len, kv_heads, head_dim] (a KVPool whose "blocks" are
-    whole slots). slots, num_cached_tokens, num_new_tokens: one entry per sequence, in the
-    order their new tokens are concatenated.
-    """
-
-    def __init__(
-        self, kv: Tensor, slots: Seq[int], num_cached_tokens: Seq[int], num_new_tokens: Seq[int]
-    ) -> None:
-        self.kv = kv
-        self.spans = [
-            (slot, cached, cached + new)
-            for slot, cached, new in zip(slots, num_cached_tokens, num_new_tokens, strict=True)
-        ]
-        if any(end > kv.shape[3] for _, _, end in self.spans):
-            raise ValueError(f"A sequence exceeds max_model_len ({kv.shape[3]}).")
-        # One mask per sequence per pass, shared by all layers; None when SDPA needs none
-        # (one new token, or a whole sequence, where it applies the causal rule itself).
-        self.masks = [
-            causal_mask(cached, end - cached, kv.device) if cached else None
-            for _, cached, end in self.spans
-        ]
-
-    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Store k/v of the new tokens, return attention [T, n_heads, dim] (the seam)."""
-        k_cache, v_cache = self.kv[layer, 0], self.kv[layer, 1]
-        outputs, start = [], 0
-        for (slot, cached, end), mask in zip(self.spans, self.masks, strict=True):
-            stop = start + end - cached
-            k_cache[slot, cached:end] = k[start:stop]
-            v_cache[slot, cached:end] = v[start:stop]
-            history_k, history_v = k_cache[slot, :end], v_cache[slot, :end]
-            outputs.append(causal_attention(q[start:stop], history_k, history_v, mask))
-            start = stop
-        return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
 
 def forward_rows(
