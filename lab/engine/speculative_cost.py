@@ -10,10 +10,11 @@ N / τ rounds, so
 
 The textbook form (Leviathan et al. 2023) assumes each draft token is accepted independently
 with probability α, so τ = 1 + α + ... + α^k = (1 - α^(k+1)) / (1 - α), and that verifying
-k + 1 tokens costs one decode step (v = 1). Real acceptances are not independent (an easy
-stretch of text is accepted end to end, a hard one rejected at once) and a wider pass does
-cost more, so the bench substitutes the measured τ and v (bench/engine.py, section e).
-Prefill, the same in both, is left out. Pure functions, no torch.
+k + 1 tokens costs one decode step (v = 1). Neither need hold: acceptance of position i may
+depend on the positions before it (α is then no single number), a measured "accepted /
+proposed" is not that per-position α for k > 1 (it gives τ = 1 + k·α), and a wider pass
+costs more than one step. So the bench substitutes the measured τ and v (bench/speculative.py,
+section e of bench.engine). Prefill, the same in both, is left out. Pure functions, no torch.
 """
 
 from __future__ import annotations
