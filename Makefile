@@ -8,7 +8,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install run test lint format bench migrate bank clean vendor
+.PHONY: install run test lint format bench bench-gpu migrate bank clean vendor
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ format: install
 
 bench: install
 	$(PY) -m bench
+
+# On a CUDA machine: logits vs transformers per dtype + the engine bench (--quick), <= 5 min.
+# Exits 1 on a mismatch, 2 when there is no CUDA device (DEVICE=cpu runs the same on the CPU).
+DEVICE ?= cuda
+bench-gpu: install
+	$(PY) -m bench.gpu_check --device $(DEVICE)
 
 clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache

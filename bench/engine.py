@@ -388,67 +388,11 @@ def hf_window_nll(hf, window: torch.Tensor) -> tuple[float, int]:
 # ---------------------------------------------------------------- (e) speculative
 
 
-def run_spec(decoder, groups: list[list[list[int]]], new: int) -> tuple[float, dict]:
-    """Seconds and summed counters of SpecResult over prompt groups run one after another."""
-    totals = dict.fromkeys(("accepted", "proposed", "emitted", "seq_rounds", "wall_s"), 0)
-    for group in groups:
-        result = decoder.generate(group, greedy(new))
-        for key in totals:
-            totals[key] += getattr(result, key)
-    return totals["wall_s"], totals
-
-
-def run_engine(model: LlamaModel, groups: list[list[list[int]]], new: int) -> float:
-    """Seconds for the engine to run each prompt group to completion, one group at a time."""
-    return sum(timed(lambda g=g: make_engine(model).generate(g, greedy(new)), model.device)[0]
-               for g in groups)  # fmt: skip
-
-
 def section_e(b: Bench) -> str:
-    if importlib.util.find_spec("lab.engine.speculative") is None:
-        return "skipped: lab/engine/speculative.py does not exist yet"
-    if not (b.bundled and (WEIGHTS / "draft" / "model.safetensors").exists()):
-        return "skipped: no bundled target + draft weights (random models agree on nothing)"
-    text = heldout_tokens(4 * 1024)
-    if text is None:
-        return "skipped: held-out corpus text unavailable (manifest, tokenizer or stdlib)"
-    from lab.engine.speculative import SpeculativeDecoder, expected_tokens_per_step
+    """Speculative decoding against its cost model: bench/speculative.py."""
+    from bench.speculative import section_e as speculative_section
 
-    draft = bundled_model("draft", torch.float32, b.device)
-    new, ks, repeats = (64, (0, 1, 2, 4, 8), 2) if b.quick else (128, range(9), 3)
-    prompts = [text[i * 1024 : i * 1024 + 64].tolist() for i in range(4)]
-    rows = []
-    for bs in (1, 4):
-        groups = [prompts[i : i + bs] for i in range(0, 4, bs)]
-        engine_s = [run_engine(b.target, groups, new) for _ in range(repeats + 1)][1:]
-        base_tps = 4 * new / min(engine_s)  # the first run above was the warm-up
-        rows.append([bs, "target only (engine)", "", "", "", base_tps, 1.0, ""])
-        k0_tps = None
-        for k in ks:
-            decoder = SpeculativeDecoder(b.target, draft, k=k, max_batch=bs)
-            decoder.generate(groups[0], greedy(8))  # warm-up
-            wall, n = min((run_spec(decoder, groups, new) for _ in range(repeats)),
-                          key=lambda pair: pair[0])  # fmt: skip
-            tps = n["emitted"] / wall
-            k0_tps = k0_tps or tps  # k = 0 runs first
-            alpha = n["accepted"] / n["proposed"] if k else 0.0
-            rows.append([bs, f"speculative k={k}", f"{alpha:.3f}" if k else "",
-                         f"{n['emitted'] / n['seq_rounds']:.2f}",
-                         f"{expected_tokens_per_step(alpha, k):.2f}", tps, tps / base_tps,
-                         f"{tps / k0_tps:.2f}"])  # fmt: skip
-    prompt = prompts[0]
-    draft_ms, target_ms = ours_decode_ms(draft, prompt, 64), ours_decode_ms(b.target, prompt, 64)
-    head = ["bs", "decoder", "alpha", "tokens/target step", "(1-a^(k+1))/(1-a)", "tok/s",
-            "speedup vs engine", "speedup vs k=0"]  # fmt: skip
-    best = max((r for r in rows if r[0] == 1 and r[2]), key=lambda r: r[6])
-    return (
-        f"{table(head, rows)}\n\nBest at bs=1: {best[1]}, **{best[6]:.2f}x** the engine's "
-        f"target-only tok/s (target >= 1.5x). Draft decode step {draft_ms:.2f} ms vs target "
-        f"{target_ms:.2f} ms (cost ratio c = {draft_ms / target_ms:.2f}). The same 4 prompts "
-        f"(64 held-out tokens each) at bs=1 (one after another) and bs=4; {new} new tokens "
-        f"each, greedy, fp32; tok/s include the prefill; best of {repeats}. k=0 is the target "
-        "alone inside the speculative decoder (same machinery, no draft)."
-    )
+    return speculative_section(b)
 
 
 # ---------------------------------------------------------------- (f) quantisation
@@ -582,7 +526,8 @@ def _newer(a: Path, b: Path) -> bool:
     return a.exists() and b.exists() and a.stat().st_mtime > b.stat().st_mtime + 60
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Run the sections; returns how many failed (each failure is printed, the rest run)."""
     parser = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller workloads (~half time)")
     parser.add_argument("--sections", default="".join(SECTIONS), help="e.g. abd")
@@ -606,6 +551,7 @@ def main(argv: list[str] | None = None) -> None:
     if bench.bundled and _newer(WEIGHTS / "tokenizer.json", WEIGHTS / "target"):
         print("\nWarning: weights/tokenizer.json is newer than weights/target: a training run "
               "may be rewriting weights/; held-out text may not match these weights.")  # fmt: skip
+    failed = 0
     for key in args.sections:
         title, run = SECTIONS[key]
         print(f"\n### {title}\n", flush=True)
@@ -615,10 +561,12 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as exc:  # one broken section must not hide the others
             traceback.print_exc()
             print(f"failed: {exc!r}")
+            failed += 1
         elapsed, load = time.perf_counter() - t0, os.getloadavg()[0]
         print(f"\n({elapsed:.0f} s; load average {load:.1f} after)", flush=True)
     load = os.getloadavg()[0]
     print(f"\nTotal {time.perf_counter() - started:.0f} s; load average at the end {load:.1f}.")
+    return failed
 
 
 if __name__ == "__main__":

@@ -1,16 +1,18 @@
 """Speculative decoding: a small draft model proposes k tokens, the target checks them all
 in one forward pass and keeps the longest acceptable prefix plus one token of its own.
 
-gpt-fast style plain functions (`accept_greedy`, `accept_sampled`, `forward_rows`,
-`expected_tokens_per_step`) and `SpeculativeDecoder`, which runs many sequences at once
-(gpt-fast does batch 1). Greedy output is identical to the target's own greedy output;
-sampled output follows the target's distribution exactly (Leviathan et al. 2023; Chen et al.
-2023): accept draft token x with probability min(1, p(x) / q(x)), otherwise sample from
-norm(max(0, p - q)); when all k are accepted, a bonus token comes from p.
+gpt-fast style plain functions (`accept_greedy`, `accept_sampled`, `forward_rows`) and
+`SpeculativeDecoder`, which runs many sequences at once (gpt-fast does batch 1). Greedy
+output is identical to the target's own greedy output; sampled output follows the target's
+distribution exactly (Leviathan et al. 2023; Chen et al. 2023): accept draft token x with
+probability min(1, p(x) / q(x)), otherwise sample from norm(max(0, p - q)); when all k are
+accepted, a bonus token comes from p.
 
-Each model has its own paged KV pool and sequence slot s owns a fixed range of blocks. A
-sequence's history is only `num_cached_tokens`, so rolling back rejected tokens is free:
-the next pass writes over their slots.
+Each model has its own KV cache, one max_model_len region per sequence slot (`SlotAttention`:
+writes and reads are slices of that region, so a pass builds no block tables or gather
+indices). A sequence's history is only `num_cached_tokens`, so rolling back rejected tokens
+is free: the next pass writes over them. The cost model (speculative_cost.py) and where this
+code's real speedup stands against it: docs/ENGINE.md, "Speculative decoding".
 """
 
 from __future__ import annotations
@@ -24,20 +26,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lab.engine.attention import PagedAttention
 from lab.engine.kv_pool import KVPool
 from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams, make_generator, probabilities
-
-
-def expected_tokens_per_step(alpha: float, k: int) -> float:
-    """Tokens one target pass yields on average when each draft token is accepted with
-    probability alpha (independently) and k are proposed: (1 - alpha^(k+1)) / (1 - alpha)."""
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"alpha is a probability in [0, 1]; got {alpha}.")
-    if alpha == 1:
-        return float(k + 1)
-    return (1 - alpha ** (k + 1)) / (1 - alpha)
+from lab.engine.slot_attention import SlotAttention
 
 
 def accept_greedy(draft_tokens: Seq[int], target_tokens: Seq[int]) -> list[int]:
@@ -84,25 +76,27 @@ def accept_sampled(
 
 def forward_rows(
     model: LlamaModel,
-    pool: KVPool,
-    block_tables: Seq[Seq[int]],
+    kv: Tensor,
+    slots: Seq[int],
     num_cached_tokens: Seq[int],
     new_tokens: Seq[Seq[int]],
     num_rows: Seq[int],
 ) -> Tensor:
-    """One paged forward pass over each sequence's new tokens (their K/V are written to the
-    pool). Returns logits of the last num_rows[i] new tokens of every sequence, concatenated
-    in order: [sum(num_rows), vocab]."""
+    """One forward pass over each sequence's new tokens (their K/V are written to its slot of
+    `kv`, see SlotAttention). Returns logits of the last num_rows[i] new tokens of every
+    sequence, concatenated in order: [sum(num_rows), vocab]."""
     device = model.device
     num_new = [len(t) for t in new_tokens]
     ids = [t for tokens in new_tokens for t in tokens]
     positions = [c + j for c, n in zip(num_cached_tokens, num_new, strict=True) for j in range(n)]
-    backend = PagedAttention(pool, block_tables, num_cached_tokens, num_new, pool.block_size)
+    backend = SlotAttention(kv, slots, num_cached_tokens, num_new)
     hidden = model(
         torch.tensor(ids, dtype=torch.long, device=device),
         torch.tensor(positions, dtype=torch.long, device=device),
         backend,
     )
+    if len(num_new) == 1:  # one sequence: its last rows are a slice, no index tensor
+        return model.logits(hidden[-num_rows[0] :])
     ends = itertools.accumulate(num_new)
     rows = [r for end, n in zip(ends, num_rows, strict=True) for r in range(end - n, end)]
     return model.logits(hidden[torch.tensor(rows, dtype=torch.long, device=device)])
@@ -170,8 +164,9 @@ class SpeculativeDecoder:
 
     k: draft tokens proposed per round (k = 0 is plain target decoding with the same
     machinery: the fair baseline). max_batch sequences of at most max_model_len tokens;
-    slot s of each pool owns blocks [s * n, (s + 1) * n), n = ceil(max_model_len / block_size).
-    device: where the pools live (default: the target's; both models must be there).
+    each model's cache (a KVPool with one max_model_len "block" per slot) holds slot s at
+    pool.kv[:, :, s]. device: where the caches live (default: the target's; both models
+    must be there).
     """
 
     def __init__(
@@ -179,7 +174,6 @@ class SpeculativeDecoder:
         target: LlamaModel,
         draft: LlamaModel,
         k: int = 4,
-        block_size: int = 16,
         max_model_len: int = 512,
         max_batch: int = 16,
         device: str | torch.device | None = None,
@@ -192,7 +186,7 @@ class SpeculativeDecoder:
         if k < 0:
             raise ValueError(f"k (draft tokens per round) must be >= 0; got {k}.")
         self.target, self.draft, self.k = target, draft, k
-        self.block_size, self.max_model_len, self.max_batch = block_size, max_model_len, max_batch
+        self.max_model_len, self.max_batch = max_model_len, max_batch
         self.device = torch.device(device) if device is not None else target.device
         if not (
             _same_device(target.device, self.device) and _same_device(draft.device, self.device)
@@ -202,19 +196,14 @@ class SpeculativeDecoder:
                 f"({self.device}) must share one device; move the models with .to(device)."
             )
         self.eos_token_ids = tuple(target.config.eos_token_ids)
-        blocks_per_slot = math.ceil(max_model_len / block_size)
-        self.block_tables = [
-            list(range(s * blocks_per_slot, (s + 1) * blocks_per_slot)) for s in range(max_batch)
-        ]
-        self.target_pool = self._pool(target, max_batch * blocks_per_slot)
-        self.draft_pool = self._pool(draft, max_batch * blocks_per_slot)
+        self.target_pool, self.draft_pool = self._pool(target), self._pool(draft)
 
-    def _pool(self, model: LlamaModel, num_blocks: int) -> KVPool:
+    def _pool(self, model: LlamaModel) -> KVPool:
         c = model.config
         return KVPool(
             c.num_hidden_layers,
-            num_blocks,
-            self.block_size,
+            self.max_batch,
+            self.max_model_len,
             c.num_key_value_heads,
             c.head_dim,
             model.dtype,
@@ -288,8 +277,9 @@ class SpeculativeDecoder:
             else:
                 cached = [len(seqs[i].token_ids) + step - 1 for i in rows]
                 new = [drafts[i][-1:] for i in rows]
-            tables = [self.block_tables[seqs[i].slot] for i in rows]
-            logits = forward_rows(self.draft, self.draft_pool, tables, cached, new, [1] * len(rows))
+            slots = [seqs[i].slot for i in rows]
+            ones = [1] * len(rows)
+            logits = forward_rows(self.draft, self.draft_pool.kv, slots, cached, new, ones)
             tokens, qs = _draw(logits, [seqs[i] for i in rows])
             for i, token, q in zip(rows, tokens, qs, strict=True):
                 drafts[i].append(token)
@@ -304,9 +294,9 @@ class SpeculativeDecoder:
         tokens per sequence (accepted drafts + one from the target)."""
         new = [s.token_ids[s.target_cached :] + d for s, d in zip(seqs, drafts, strict=True)]
         num_rows = [len(d) + 1 for d in drafts]
-        tables = [self.block_tables[s.slot] for s in seqs]
+        slots = [s.slot for s in seqs]
         cached = [s.target_cached for s in seqs]
-        logits = forward_rows(self.target, self.target_pool, tables, cached, new, num_rows)
+        logits = forward_rows(self.target, self.target_pool.kv, slots, cached, new, num_rows)
         greedy = [s.params.greedy for s in seqs]
         argmax = logits.argmax(-1).tolist() if any(greedy) else []
         starts = [0, *itertools.accumulate(num_rows)]

@@ -18,8 +18,8 @@ from lab.engine.speculative import (
     SpeculativeDecoder,
     accept_greedy,
     accept_sampled,
-    expected_tokens_per_step,
 )
+from lab.engine.speculative_cost import expected_tokens_per_step
 
 RAW = {
     "model_type": "llama",
