@@ -19,6 +19,7 @@ from lab.engine.server.protocol import (
     APIError,
     ChatRequest,
     CompletionRequest,
+    check_api_key,
     model_not_found,
     parse_request,
 )
@@ -76,12 +77,14 @@ def model_card(served: Served) -> dict:
 
 
 async def models(request: Request) -> Response:
+    check_api_key(request, request.app.state.served.api_key)
     return JSONResponse({"object": "list", "data": [model_card(request.app.state.served)]})
 
 
 async def model(request: Request) -> Response:
     """One model's card (`client.models.retrieve`); 404 `model_not_found` for another id."""
     served: Served = request.app.state.served
+    check_api_key(request, served.api_key)
     asked = request.path_params["model"]
     if asked != served.model_name:
         raise model_not_found(asked, served.model_name)

@@ -4,6 +4,7 @@ OpenAI-shaped error every refusal becomes."""
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -254,18 +255,25 @@ def validation_error(exc: ValidationError) -> APIError:
     return APIError(400, text, param=param, code=_openai_code(first))
 
 
-async def parse_request(
-    request: Request, schema: type[BaseModel], *, model_name: str, api_key: str | None
-) -> Any:
-    """The request's body as `schema`, once the API key, the body's size, its JSON and the
-    model it names have been checked; APIError (401, 400, 413, 404) otherwise."""
-    if api_key and request.headers.get("authorization") != f"Bearer {api_key}":
+def check_api_key(request: Request, api_key: str | None) -> None:
+    """With --api-key, every /v1 route wants `Authorization: Bearer <key>` (as OpenAI and
+    vLLM do, the model list included); 401 `invalid_api_key` otherwise."""
+    given = request.headers.get("authorization", "")
+    if api_key and not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
         raise APIError(
             401,
             "Missing or wrong API key.",
             type_="authentication_error",
             code="invalid_api_key",
         )
+
+
+async def parse_request(
+    request: Request, schema: type[BaseModel], *, model_name: str, api_key: str | None
+) -> Any:
+    """The request's body as `schema`, once the API key, the body's size, its JSON and the
+    model it names have been checked; APIError (401, 400, 413, 404) otherwise."""
+    check_api_key(request, api_key)
     data = _json_object(await _body(request))
     try:
         req = schema.model_validate(data)

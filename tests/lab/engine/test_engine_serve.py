@@ -250,6 +250,13 @@ def test_over_capacity_gets_429_not_a_pile_up():
             == 401
         )
         headers = {"Authorization": "Bearer sesame"}
+        # Every /v1 route wants the key, the model list included (as OpenAI and vLLM).
+        for path in ("/models", "/models/target"):
+            refused = httpx.get(f"{url}{path}", headers={"Authorization": "Bearer sesam"})
+            assert (
+                refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+            )
+            assert httpx.get(f"{url}{path}", headers=headers).status_code == 200
         body = {"model": "target", "prompt": "a", "max_tokens": 40, "ignore_eos": True}
 
         async def burst():
