@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET
 
 from common import ratelimits
 from questions.models import Topic, published_q
-from trainer import health, progress
+from trainer import health, progress, services
 from trainer.reviews import due_cards
 
 
@@ -130,7 +130,8 @@ def practice_start(request: HttpRequest) -> HttpResponse:
         if card is None:
             messages.info(request, "Nothing is due for review. Try a surprise question.")
             return redirect("home")
-        question = card.question
+        attempt = services.attempt_for_review(user=request.user, question=card.question)
+        return redirect("attempt", attempt_id=attempt.pk)
     else:
         question = progress.surprise(request.user)
     if question is None:
