@@ -148,7 +148,8 @@ def test_the_interviewer_seat(asgi_server, users, fast_grader, orm, browser: Bro
     link = candidate.locator("#invite-url").input_value()
     assert "/mock/join/" in link
 
-    interviewer.goto(link)
+    interviewer.goto(link)  # opening the link takes nothing: the button does
+    interviewer.get_by_role("button", name="Take the interviewer seat").click()
     expect(interviewer.get_by_role("heading", name="Interviewer seat")).to_be_visible()
     expect(interviewer.locator("#live-status")).to_contain_text("Live")
     expect(interviewer.locator("#item-0 .model-answer")).to_be_attached()

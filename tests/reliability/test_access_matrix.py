@@ -134,6 +134,7 @@ mock_follow_up                                POST    login  302    404    404  
 mock_next                                     GET     login  405    405    405    405    405
 mock_next                                     POST    login  302    404    404    404    404
 mock_join                                     GET     login  403    403    302    403    403
+mock_join                                     POST    login  403    403    302    403    403
 mock_interviewer                              GET     login  404    404    200    404    404
 mock_events                                   GET     403    404    404    200    404    404
 mock_mark                                     GET     login  405    405    405    405    405
@@ -481,8 +482,8 @@ def test_the_interviewer_seat_needs_a_valid_unused_invite(client, world):
     mock = objects["mock"]
     client.force_login(users["B"])
     for token in ("not-a-token", objects["invite"].token[:-1] + "x", objects["invite"].token):
-        response = client.get(reverse("mock_join", args=[token]))
-        assert response.status_code == 403
+        assert client.get(reverse("mock_join", args=[token])).status_code == 403
+        assert client.post(reverse("mock_join", args=[token])).status_code == 403
     assert client.get(reverse("mock_interviewer", args=[mock.pk])).status_code == 404
     mock.refresh_from_db()
     assert mock.interviewer_id == users["I"].pk
