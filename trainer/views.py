@@ -8,6 +8,7 @@ from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET
@@ -138,6 +139,14 @@ def practice_start(request: HttpRequest) -> HttpResponse:
         messages.info(request, "No published questions yet: load the bank first.")
         return redirect("home")
     return redirect("practice", slug=question.slug)
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever the page links (the admin's pages link none)."""
+    response = redirect(static("img/favicon.svg"))
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
 
 
 @login_required

@@ -57,6 +57,7 @@ MATRIX = """
 # url name (or route)                         method  anon   A      B      I      author staff
 home                                          GET     200    200    200    200    200    200
 healthz                                       GET     200    200    200    200    200    200
+favicon                                       GET     302    302    302    302    302    302
 login                                         GET     200    200    200    200    200    200
 login                                         POST    200    200    200    200    200    200
 logout                                        GET     405    405    405    405    405    405
