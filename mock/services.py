@@ -3,8 +3,10 @@ answers (late ones marked, never dropped), close questions, finish and grade.
 
 Time is the server's: each item gets `started` and `deadline` when it is first shown; the
 page only displays `deadline - now`. An answer arriving after deadline + grace is stored
-with late=True. A question whose deadline (+ grace) has passed is closed on the next
-request: whatever was autosaved becomes its answer.
+with late=True. A question whose own deadline has passed stays open — the candidate may
+finish it, marked late — until they submit or move on; the loop's deadline (+ grace) ends
+the mock: every open question is closed on the next request, whatever was autosaved
+becoming its answer.
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def mock_current(*, mock: MockInterview, now: datetime | None = None) -> MockIte
                     ref = _item_ref(item)
                     transaction.on_commit(lambda ref=ref: live.publish(mock.pk, "item", ref))
                 return item
-            if now > item.deadline + _grace():
+            if now > mock.deadline + _grace():  # the loop is over; a late question is not
                 _close(item, now)
                 continue
             return item

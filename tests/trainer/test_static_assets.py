@@ -45,6 +45,6 @@ def test_development_mode_serves_the_charts_compressed(client, accept, encoding)
     assert response.status_code == 200
     assert response.get("Content-Encoding") == encoding
     body = b"".join(response.streaming_content)
-    size = (VENDOR / ("plotly-basic.min.js" + {"br": ".br", "gzip": ".gz", None: ""}[encoding]))
+    size = VENDOR / ("plotly-basic.min.js" + {"br": ".br", "gzip": ".gz", None: ""}[encoding])
     assert len(body) == size.stat().st_size
     assert "Accept-Encoding" in response.get("Vary", "")
