@@ -184,37 +184,59 @@ class QuestionAdmin(admin.ModelAdmin):
 
 
 class StepInlineFormSet(forms.BaseInlineFormSet):
-    """Validate the problem as edited: the bank loader's checks on >= 20 variants."""
+    """Validate the problem as edited: the bank loader's checks on >= 20 variants, each
+    error shown on the row (and field) of the step that has it."""
 
     def clean(self) -> None:
         super().clean()
         if any(self.errors):
             return
-        steps = []
-        for form in sorted(self.forms, key=lambda f: f.cleaned_data.get("order") or 0):
-            data = form.cleaned_data
-            if not data or data.get("DELETE"):
-                continue
-            saved = list(form.instance.misconceptions.all()) if form.instance.pk else []
-            steps.append(
-                {
-                    "name": data["name"],
-                    "prompt": data["prompt"],
-                    "expression": data["expression"],
-                    "unit": data["unit"],
-                    "rtol": data["rtol"],
-                    "atol": data["atol"],
-                    "hints": data.get("hints") or [],
-                    "explanation": data.get("explanation") or "",
-                    "integer": data.get("integer") or None,
-                    "misconceptions": [
-                        {"expression": m.expression, "feedback": m.feedback} for m in saved
-                    ],
-                }
-            )
-        errors = authoring.problem_errors(authoring.problem_data(self.instance, steps))
-        if errors:
-            raise ValidationError(errors)
+        rows = [
+            form
+            for form in sorted(self.forms, key=lambda f: f.cleaned_data.get("order") or 0)
+            if form.cleaned_data and not form.cleaned_data.get("DELETE")
+        ]
+        steps = [_step_data(form) for form in rows]
+        whole_problem = []
+        for issue in authoring.problem_issues(authoring.problem_data(self.instance, steps)):
+            if issue.step is None or issue.step >= len(rows):
+                whole_problem.append(str(issue))
+            else:
+                _add_step_error(rows[issue.step], issue)
+        if whole_problem:
+            raise ValidationError(whole_problem)
+
+
+def _step_data(form: forms.ModelForm) -> dict:
+    """One inline row as the bank's step mapping (misconceptions as saved: they are edited
+    on the step's own page)."""
+    data = form.cleaned_data
+    saved = list(form.instance.misconceptions.all()) if form.instance.pk else []
+    return {
+        "name": data["name"],
+        "prompt": data["prompt"],
+        "expression": data["expression"],
+        "unit": data["unit"],
+        "rtol": data["rtol"],
+        "atol": data["atol"],
+        "hints": data.get("hints") or [],
+        "explanation": data.get("explanation") or "",
+        "integer": data.get("integer") or None,
+        "misconceptions": [{"expression": m.expression, "feedback": m.feedback} for m in saved],
+    }
+
+
+def _add_step_error(form: forms.ModelForm, issue: authoring.Issue) -> None:
+    if issue.field in form.fields:
+        form.add_error(issue.field, issue.message)
+    elif issue.field.startswith("misconceptions"):
+        form.add_error(
+            None,
+            f"{issue.field}: {issue.message} (misconceptions are edited on the step's own "
+            "page: follow its Change link)",
+        )
+    else:
+        form.add_error(None, f"{issue.field}: {issue.message}" if issue.field else issue.message)
 
 
 class StepInline(admin.StackedInline):

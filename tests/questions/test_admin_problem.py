@@ -1,0 +1,113 @@
+"""The Problem page in the admin: errors on the step that has them, formula inputs, and a
+live preview that works a variant step by step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from bankfiles import write_topic
+
+from questions.bank import read_bank
+from questions.models import Problem, Question
+from questions.services import bank_load
+from trainer.demo import DEMO_AUTHOR, demo_users_ensure
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def problem(tmp_path) -> Problem:
+    bank = read_bank([write_topic(tmp_path)])
+    assert not bank.errors, bank.errors
+    bank_load(bank)
+    return Question.objects.get(slug="kv-70b").problem
+
+
+@pytest.fixture
+def author_client(client):
+    demo_users_ensure()
+    assert client.login(username=DEMO_AUTHOR.username, password=DEMO_AUTHOR.password)
+    return client
+
+
+def change_data(problem: Problem, **step_changes: dict) -> dict:
+    """The change form's POST as the admin would send it, with `step_changes` (by step name)
+    applied to those steps' inline rows."""
+    steps = list(problem.steps.all())
+    data = {
+        "question": problem.question_id,
+        "parameters": json.dumps(problem.parameters),
+        "condition": problem.condition,
+        "steps-TOTAL_FORMS": str(len(steps)),
+        "steps-INITIAL_FORMS": str(len(steps)),
+        "steps-MIN_NUM_FORMS": "0",
+        "steps-MAX_NUM_FORMS": "1000",
+    }
+    for i, s in enumerate(steps):
+        row = {
+            "id": s.pk,
+            "problem": problem.pk,
+            "order": s.order,
+            "name": s.name,
+            "prompt": s.prompt,
+            "expression": s.expression,
+            "unit": s.unit,
+            "integer": s.integer,
+            "rtol": s.rtol,
+            "atol": s.atol,
+            "hints": json.dumps(s.hints),
+            "explanation": s.explanation,
+            **step_changes.get(s.name, {}),
+        }
+        data.update({f"steps-{i}-{k}": v for k, v in row.items()})
+    return data
+
+
+def row_html(html: str, index: int) -> str:
+    """The HTML of inline row `index` (a stacked inline's div id="steps-N")."""
+    start = html.index(f'id="steps-{index}"')
+    end = html.find('id="steps-', start + 1)
+    return html[start:end]
+
+
+def step_form(response, index: int):
+    return response.context["inline_admin_formsets"][0].formset.forms[index]
+
+
+def test_a_broken_expression_in_step_2_shows_on_step_2s_row(author_client, problem):
+    data = change_data(problem, kv_per_seq={"expression": "kv_per_tokn * context / token"})
+    response = author_client.post(f"/admin/questions/problem/{problem.pk}/change/", data)
+    assert response.status_code == 200  # re-rendered with errors, not saved
+    errors = step_form(response, 1).errors["expression"]
+    assert len(errors) == 1
+    assert "'kv_per_tokn'" in errors[0]  # names the problem: the unknown name
+    assert "did you mean 'kv_per_token'?" in errors[0]
+    assert not step_form(response, 0).errors
+    html = response.content.decode()
+    assert "kv_per_tokn&#x27;" in row_html(html, 1)
+    assert "kv_per_tokn&#x27;" not in row_html(html, 0)
+    assert problem.steps.get(name="kv_per_seq").expression == "kv_per_token * context / token"
+
+
+def test_a_wrong_unit_shows_on_the_unit_field_of_its_step(author_client, problem):
+    data = change_data(problem, kv_per_token={"unit": "GB/s"})
+    response = author_client.post(f"/admin/questions/problem/{problem.pk}/change/", data)
+    errors = step_form(response, 0).errors["unit"]
+    assert "the unit is 'GB/s'" in errors[0]
+    assert "unit" not in step_form(response, 1).errors
+
+
+def test_an_unknown_unit_shows_on_the_unit_field(author_client, problem):
+    data = change_data(problem, kv_per_seq={"unit": "GiBB"})
+    response = author_client.post(f"/admin/questions/problem/{problem.pk}/change/", data)
+    assert "GiBB" in step_form(response, 1).errors["unit"][0]
+
+
+def test_a_step_change_that_breaks_a_misconception_says_so_on_that_row(author_client, problem):
+    forgot_kv = "model_layers * model_kv_heads * model_head_dim * dtype_bytes"  # = misconception 0
+    data = change_data(problem, kv_per_token={"expression": forgot_kv})
+    response = author_client.post(f"/admin/questions/problem/{problem.pk}/change/", data)
+    errors = step_form(response, 0).non_field_errors()
+    assert "misconceptions[0] > expression: gives the correct answer" in errors[0]
+    assert "follow its Change link" in errors[0]
