@@ -15,6 +15,7 @@ from django.urls import path
 
 from questions import authoring, authoring_rubric, problems
 from questions import bank as bank_files
+from questions.admin_widgets import FormulaInput, FormulaTextarea
 from questions.markdown import render_markdown
 from questions.models import (
     Loop,
@@ -80,8 +81,16 @@ POINT_FIELDS = (
 )
 
 
+class RubricPointForm(forms.ModelForm):
+    class Meta:
+        model = RubricPoint
+        fields = "__all__"  # noqa: DJ007 - the inline's field list decides what shows
+        widgets = {"expects": FormulaTextarea(attrs={"rows": 3})}
+
+
 class RubricPointInline(admin.StackedInline):
     model = RubricPoint
+    form = RubricPointForm
     formset = RubricPointInlineFormSet
     extra = 0
     fields = (
@@ -110,6 +119,7 @@ class QuestionForm(forms.ModelForm):
     class Meta:
         model = Question
         fields = "__all__"  # noqa: DJ007 - the admin's own field list decides what shows
+        widgets = {"variables": FormulaTextarea()}
 
     def clean_variables(self) -> dict:
         return authoring_rubric.variables_clean(self.cleaned_data.get("variables"))
@@ -239,8 +249,16 @@ def _add_step_error(form: forms.ModelForm, issue: authoring.Issue) -> None:
         form.add_error(None, f"{issue.field}: {issue.message}" if issue.field else issue.message)
 
 
+class StepForm(forms.ModelForm):
+    class Meta:
+        model = Step
+        fields = "__all__"  # noqa: DJ007 - the admin's own field list decides what shows
+        widgets = {"expression": FormulaInput()}
+
+
 class StepInline(admin.StackedInline):
     model = Step
+    form = StepForm
     formset = StepInlineFormSet
     extra = 0
     fields = (
@@ -256,8 +274,16 @@ class StepInline(admin.StackedInline):
     show_change_link = True  # misconceptions are edited on the step's own page
 
 
+class ProblemForm(forms.ModelForm):
+    class Meta:
+        model = Problem
+        fields = "__all__"  # noqa: DJ007 - the admin's own field list decides what shows
+        widgets = {"parameters": FormulaTextarea(), "condition": FormulaInput()}
+
+
 @admin.register(Problem)
 class ProblemAdmin(admin.ModelAdmin):
+    form = ProblemForm
     list_display = ("question", "condition")
     search_fields = ("question__title", "question__slug")
     inlines = [StepInline]
@@ -286,8 +312,16 @@ class MisconceptionInlineFormSet(forms.BaseInlineFormSet):
             raise ValidationError(errors)
 
 
+class MisconceptionForm(forms.ModelForm):
+    class Meta:
+        model = Misconception
+        fields = "__all__"  # noqa: DJ007 - the inline's field list decides what shows
+        widgets = {"expression": FormulaInput()}
+
+
 class MisconceptionInline(admin.TabularInline):
     model = Misconception
+    form = MisconceptionForm
     formset = MisconceptionInlineFormSet
     extra = 0
     fields = ("order", "expression", "feedback")
@@ -295,6 +329,7 @@ class MisconceptionInline(admin.TabularInline):
 
 @admin.register(Step)
 class StepAdmin(admin.ModelAdmin):
+    form = StepForm
     list_display = ("name", "problem", "unit")
     search_fields = ("name", "problem__question__slug")
     inlines = [MisconceptionInline]

@@ -111,3 +111,16 @@ def test_a_step_change_that_breaks_a_misconception_says_so_on_that_row(author_cl
     errors = step_form(response, 0).non_field_errors()
     assert "misconceptions[0] > expression: gives the correct answer" in errors[0]
     assert "follow its Change link" in errors[0]
+
+
+def test_expressions_get_the_wide_monospace_formula_input(author_client, problem):
+    html = author_client.get(f"/admin/questions/problem/{problem.pk}/change/").content.decode()
+    assert "/static/css/admin-formula.css" in html
+    assert 'class="formula-input"' in row_html(html, 1)
+    for name in ("steps-0-expression", "steps-1-expression", "parameters", "condition"):
+        tag = html[html.rindex("<", 0, html.index(f'name="{name}"')) :].split(">", 1)[0]
+        assert 'class="formula-input"' in tag, tag
+        assert 'spellcheck="false"' in tag, tag
+    step = problem.steps.get(name="kv_per_token")
+    html = author_client.get(f"/admin/questions/step/{step.pk}/change/").content.decode()
+    assert html.count('class="formula-input"') >= 1 + step.misconceptions.count()
