@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from questions import authoring, authoring_rubric, problems
+from questions import authoring, authoring_problem, authoring_rubric, problems
 from questions import bank as bank_files
 from questions.admin_widgets import FormulaInput, FormulaTextarea
 from questions.markdown import render_markdown
@@ -288,6 +288,30 @@ class ProblemAdmin(admin.ModelAdmin):
     search_fields = ("question__title", "question__slug")
     inlines = [StepInline]
     autocomplete_fields = ("question",)
+    change_form_template = "admin/questions/problem/change_form.html"
+
+    def get_urls(self):
+        preview = self.admin_site.admin_view(self.preview_view)
+        return [path("preview/", preview, name="questions_problem_preview"), *super().get_urls()]
+
+    def preview_view(self, request: HttpRequest) -> HttpResponse:
+        """One variant of the problem as the form holds it now (unsaved edits included),
+        worked step by step, and what saving would refuse."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        data = request.POST if request.method == "POST" else request.GET
+        saved = None
+        if data.get("object_id", "").isdigit():
+            saved = Problem.objects.filter(pk=int(data["object_id"])).first()
+        edited = authoring_problem.problem_as_edited(data, saved)
+        seed = data.get("preview_seed", "")
+        seed = int(seed) if seed.isdigit() and not data.get("redraw") else random.randrange(2**31)
+        worked = issues = None
+        if not edited.unreadable:
+            worked = authoring_problem.work_variant(edited.data, seed)
+            issues = authoring.problem_issues(edited.data)
+        context = {"edited": edited, "worked": worked, "issues": issues, "seed": seed}
+        return TemplateResponse(request, "questions/admin/problem_preview.html", context)
 
 
 class MisconceptionInlineFormSet(forms.BaseInlineFormSet):

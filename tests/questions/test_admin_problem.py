@@ -7,11 +7,15 @@ import json
 
 import pytest
 from bankfiles import write_topic
+from django.contrib.auth import get_user_model
 
+from questions import authoring, problems
 from questions.bank import read_bank
+from questions.expressions import format_quantity
 from questions.models import Problem, Question
 from questions.services import bank_load
 from trainer.demo import DEMO_AUTHOR, demo_users_ensure
+from trainer.grading.arithmetic import Chain
 
 pytestmark = pytest.mark.django_db
 
@@ -124,3 +128,85 @@ def test_expressions_get_the_wide_monospace_formula_input(author_client, problem
     step = problem.steps.get(name="kv_per_token")
     html = author_client.get(f"/admin/questions/step/{step.pk}/change/").content.decode()
     assert html.count('class="formula-input"') >= 1 + step.misconceptions.count()
+
+
+# --- the live preview ----------------------------------------------------------------------
+
+PREVIEW = "/admin/questions/problem/preview/"
+
+
+def grader_reference(problem: Problem, seed: int) -> tuple[problems.Problem, dict]:
+    """The grader's own solution of variant `seed` of the saved problem."""
+    spec = problems.from_dict(authoring.problem_data(problem))
+    variant = problems.draw_variant(spec, seed)
+    return spec, Chain(problem=spec, variables=dict(variant.variables)).reference()
+
+
+@pytest.mark.parametrize("seed", [3, 11, 2024])
+def test_the_preview_works_the_variant_as_the_grader_solves_it(author_client, problem, seed):
+    data = {**change_data(problem), "object_id": problem.pk, "preview_seed": seed}
+    response = author_client.post(PREVIEW, data)
+    assert response.status_code == 200
+    html = response.content.decode()
+    spec, reference = grader_reference(problem, seed)
+    worked = response.context["worked"]
+    assert worked.seed == seed and not worked.error
+    assert [s.name for s in worked.steps] == [s.name for s in spec.steps]
+    for step, shown in zip(spec.steps, worked.steps, strict=True):
+        expected = reference[step.name]
+        assert shown.magnitude == pytest.approx(float(expected.to(step.unit).magnitude))
+        assert f'<strong class="worked-value">{format_quantity(expected, step.unit)}' in html
+    choices = problems.draw_variant(spec, seed).choices
+    assert f"<code>model={choices['model']}</code>" in html
+    # The names are replaced by this variant's numbers: "2 * 80 * 8 * 128 * (2 B)".
+    variables = problems.draw_variant(spec, seed).variables
+    first = worked.steps[0].substituted
+    assert first.startswith(f"2 * {variables['model_layers']:g} * ")
+    assert "model_layers" not in first and "(2 B)" in first
+    assert f'<input type="hidden" name="preview_seed" value="{seed}">' in html
+
+
+def test_the_preview_uses_the_unsaved_form_not_the_saved_problem(author_client, problem):
+    data = change_data(problem, kv_per_seq={"expression": "2 * kv_per_token * context / token"})
+    response = author_client.post(PREVIEW, {**data, "object_id": problem.pk, "preview_seed": 5})
+    _, reference = grader_reference(problem, 5)
+    worked = {s.name: s for s in response.context["worked"].steps}
+    saved = float(reference["kv_per_seq"].to("GiB").magnitude)
+    assert worked["kv_per_seq"].magnitude == pytest.approx(2 * saved)
+    assert problem.steps.get(name="kv_per_seq").expression == "kv_per_token * context / token"
+
+
+def test_an_invalid_expression_shows_its_error_in_the_preview_not_a_500(author_client, problem):
+    data = change_data(problem, kv_per_token={"expression": "2 * model_layers *"})
+    response = author_client.post(PREVIEW, {**data, "object_id": problem.pk, "preview_seed": 1})
+    assert response.status_code == 200
+    first, second = response.context["worked"].steps
+    assert "does not parse" in first.error and first.value == ""
+    assert "comes after 'kv_per_token'" in second.error
+    html = response.content.decode()
+    assert "does not parse" in html
+    assert "Saving will refuse this problem" in html
+
+
+def test_a_wrong_unit_and_broken_parameters_are_reported_in_the_preview(author_client, problem):
+    data = change_data(problem, kv_per_seq={"unit": "GB/s"})
+    response = author_client.post(PREVIEW, {**data, "object_id": problem.pk})
+    assert "the unit is 'GB/s'" in response.context["worked"].steps[1].error
+    response = author_client.post(PREVIEW, {**data, "parameters": '{"model": '})
+    assert response.status_code == 200
+    assert "parameters: not valid JSON" in response.content.decode()
+    response = author_client.post(PREVIEW, {**data, "parameters": '{"tp": {"range": [4, 1]}}'})
+    assert "runs backwards" in response.context["worked"].error
+
+
+def test_the_problem_page_carries_the_live_preview(author_client, problem):
+    html = author_client.get(f"/admin/questions/problem/{problem.pk}/change/").content.decode()
+    assert f'hx-post="{PREVIEW}"' in html
+    assert 'hx-include="#problem_form"' in html
+    assert "/static/vendor/htmx.min.js" in html
+
+
+def test_staff_without_author_permissions_gets_403_on_the_problem_preview(client, problem):
+    get_user_model().objects.create_user("ops", password="decode-bound-7", is_staff=True)
+    client.login(username="ops", password="decode-bound-7")
+    assert client.post(PREVIEW, {"object_id": problem.pk}).status_code == 403
