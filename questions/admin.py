@@ -4,6 +4,7 @@ and "export selected to YAML". Authors are staff users in the Authors group."""
 from __future__ import annotations
 
 import random
+import re
 
 import pydantic
 from django import forms
@@ -315,6 +316,8 @@ class ProblemAdmin(admin.ModelAdmin):
 
 
 class MisconceptionInlineFormSet(forms.BaseInlineFormSet):
+    """A step's misconceptions get the bank's checks, each error on the row that has it."""
+
     def clean(self) -> None:
         super().clean()
         if any(self.errors):
@@ -322,18 +325,32 @@ class MisconceptionInlineFormSet(forms.BaseInlineFormSet):
         step = self.instance
         if step.problem_id is None:  # no problem chosen: the step's own form says so (was a 500)
             return
+        rows = [f for f in self.forms if f.cleaned_data and not f.cleaned_data.get("DELETE")]
         edited = [
             {"expression": f.cleaned_data["expression"], "feedback": f.cleaned_data["feedback"]}
-            for f in self.forms
-            if f.cleaned_data and not f.cleaned_data.get("DELETE")
+            for f in rows
         ]
         data = authoring.problem_data(step.problem)
-        for row in data["steps"]:
+        index = None
+        for i, row in enumerate(data["steps"]):
             if row["name"] == step.name:
-                row["misconceptions"] = edited
-        errors = authoring.problem_errors(data)
-        if errors:
-            raise ValidationError(errors)
+                row["misconceptions"], index = edited, i
+        elsewhere = []
+        for issue in authoring.problem_issues(data):
+            j = _misconception_index(issue) if issue.step == index else None
+            if j is not None and j < len(rows):
+                rows[j].add_error("expression", issue.message)
+            else:
+                elsewhere.append(str(issue))
+        if elsewhere:
+            raise ValidationError(elsewhere)
+
+
+def _misconception_index(issue: authoring.Issue) -> int | None:
+    """j of an issue on "misconceptions[j] > expression" (the bank's path) or
+    "misconceptions > j > ..." (the schema's)."""
+    match = re.match(r"misconceptions(?:\[(\d+)\]| > (\d+))", issue.field)
+    return int(match.group(1) or match.group(2)) if match else None
 
 
 class MisconceptionForm(forms.ModelForm):

@@ -210,3 +210,35 @@ def test_staff_without_author_permissions_gets_403_on_the_problem_preview(client
     get_user_model().objects.create_user("ops", password="decode-bound-7", is_staff=True)
     client.login(username="ops", password="decode-bound-7")
     assert client.post(PREVIEW, {"object_id": problem.pk}).status_code == 403
+
+
+def test_a_misconception_equal_to_the_answer_is_refused_on_its_own_row(author_client, problem):
+    step = problem.steps.get(name="kv_per_token")
+    existing = list(step.misconceptions.all())
+    rows = [(m.pk, m.expression, m.feedback) for m in existing]
+    rows.append(("", "dtype_bytes * 2 * model_layers * model_kv_heads * model_head_dim", "Same."))
+    data = {
+        "misconceptions-TOTAL_FORMS": str(len(rows)),
+        "misconceptions-INITIAL_FORMS": str(len(existing)),
+        "misconceptions-MIN_NUM_FORMS": "0",
+        "misconceptions-MAX_NUM_FORMS": "1000",
+        **{name: getattr(step, name) for name in ("order", "name", "prompt", "expression")},
+        **{name: getattr(step, name) for name in ("unit", "rtol", "atol", "explanation")},
+        "problem": problem.pk,
+        "hints": json.dumps(step.hints),
+    }
+    for i, (pk, expression, feedback) in enumerate(rows):
+        data.update(
+            {
+                f"misconceptions-{i}-id": pk,
+                f"misconceptions-{i}-step": step.pk,
+                f"misconceptions-{i}-order": i,
+                f"misconceptions-{i}-expression": expression,
+                f"misconceptions-{i}-feedback": feedback,
+            }
+        )
+    response = author_client.post(f"/admin/questions/step/{step.pk}/change/", data)
+    forms = response.context["inline_admin_formsets"][0].formset.forms
+    assert "gives the correct answer" in forms[len(existing)].errors["expression"][0]
+    assert not any(f.errors for f in forms[: len(existing)])
+    assert step.misconceptions.count() == len(existing)
