@@ -180,6 +180,8 @@ admin:auth_user_change                        POST    admin  admin  admin  admin
 admin/auth/user/<path:object_id>/             GET     admin  admin  admin  admin  302    302
 admin:questions_question_preview              GET     admin  admin  admin  admin  200    200
 admin:questions_question_preview              POST    admin  admin  admin  admin  200    200
+admin:questions_problem_preview               GET     admin  admin  admin  admin  200    200
+admin:questions_problem_preview               POST    admin  admin  admin  admin  200    200
 # trying a rubric on pasted answers: staff (authors and operators)
 try_rubric                                    GET     admin  admin  admin  admin  200    200
 try_rubric                                    POST    admin  admin  admin  admin  200    200
