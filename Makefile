@@ -53,6 +53,4 @@ clean:
 	rm -rf $(VENV) var staticfiles .pytest_cache
 
 vendor: install
-	cp $(VENV)/lib/python3.11/site-packages/django_htmx/static/django_htmx/htmx-2.min.js static/vendor/htmx.min.js
-	cp $(VENV)/lib/python3.11/site-packages/django_htmx/static/django_htmx/ext/hx-sse-2.min.js static/vendor/htmx-ext-sse.min.js
-	cp $(VENV)/lib/python3.11/site-packages/plotly/package_data/plotly.min.js static/vendor/plotly.min.js
+	$(PY) -m common.vendor

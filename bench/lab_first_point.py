@@ -6,7 +6,7 @@ the chart, against a running server (`make run`; uvicorn + a Celery worker + Red
 Each run: open the form, click "Start the run", wait until the page's chart has drawn a
 measured point (window.labRun.drawn > 0), then cancel the run (so the next one starts on an
 idle worker, as a learner's would). Reports the submit -> first-point time and its parts:
-submit -> run page loaded (POST, redirect, page, plotly.min.js), page loaded -> first point
+submit -> run page loaded (POST, redirect, page, plotly-basic.min.js), page loaded -> first point
 (SSE connect, worker pickup, the engine's first step, DB + stream write, redraw batch).
 """
 

@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from common import sse
 from mock import live, services
@@ -21,12 +21,20 @@ REREAD_MARGIN_MS = 250
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
 def join(request: HttpRequest, token: str) -> HttpResponse:
+    """GET shows whose mock the link is for and a button; only the POST takes the seat (a
+    link preview or a browser's prefetch must not)."""
     try:
-        mock = services.invite_accept(token=token, user=request.user)
+        if request.method == "POST":
+            mock = services.invite_accept(token=token, user=request.user)
+            return redirect("mock_interviewer", mock_id=mock.pk)
+        mock, yours = services.invite_check(token=token, user=request.user)
     except services.MockError as exc:
         return render(request, "mock/refused.html", {"reason": str(exc)}, status=403)
-    return redirect("mock_interviewer", mock_id=mock.pk)
+    if yours:
+        return redirect("mock_interviewer", mock_id=mock.pk)
+    return render(request, "mock/join.html", {"mock": mock})
 
 
 def _interviewed_mock(request: HttpRequest, mock_id: int) -> MockInterview:

@@ -3,8 +3,10 @@ answers (late ones marked, never dropped), close questions, finish and grade.
 
 Time is the server's: each item gets `started` and `deadline` when it is first shown; the
 page only displays `deadline - now`. An answer arriving after deadline + grace is stored
-with late=True. A question whose deadline (+ grace) has passed is closed on the next
-request: whatever was autosaved becomes its answer.
+with late=True. A question whose own deadline has passed stays open — the candidate may
+finish it, marked late — until they submit or move on; the loop's deadline (+ grace) ends
+the mock: every open question is closed on the next request, whatever was autosaved
+becoming its answer.
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def mock_current(*, mock: MockInterview, now: datetime | None = None) -> MockIte
                     ref = _item_ref(item)
                     transaction.on_commit(lambda ref=ref: live.publish(mock.pk, "item", ref))
                 return item
-            if now > item.deadline + _grace():
+            if now > mock.deadline + _grace():  # the loop is over; a late question is not
                 _close(item, now)
                 continue
             return item
@@ -442,8 +444,38 @@ def invite_create(*, mock: MockInterview, user, now: datetime | None = None) -> 
     )
 
 
+def _invite_refusal(invite, mock: MockInterview, user, now: datetime) -> str:
+    """Why `user` may not take the seat ("" when they may, or already hold it)."""
+    if invite.used_by_id is not None:
+        return (
+            ""
+            if invite.used_by_id == user.pk
+            else ("This invite link has already been used by someone else.")
+        )
+    if user.pk == mock.user_id:
+        return "This is your own mock: send the link to your interviewer instead."
+    if invite.expires <= now:
+        return "This invite link has expired; ask the candidate for a new one."
+    if mock.interviewer_id is not None:
+        return "This mock already has an interviewer."
+    return ""
+
+
+def invite_check(*, token: str, user, now: datetime | None = None) -> tuple[MockInterview, bool]:
+    """Whether `user` may take the seat the invite offers, changing nothing: (mock, True when
+    the seat is already theirs). Opening the link (a GET, a link preview, a prefetch) must
+    not take the seat; `invite_accept` (a POST) does."""
+    invite = MockInvite.objects.select_related("mock").filter(token=token).first()
+    if invite is None:
+        raise MockError("This invite link is not valid.")
+    reason = _invite_refusal(invite, invite.mock, user, now or timezone.now())
+    if reason:
+        raise MockError(reason)
+    return invite.mock, invite.used_by_id == user.pk
+
+
 def invite_accept(*, token: str, user, now: datetime | None = None) -> MockInterview:
-    """Bind the invite to the first signed-in user who opens it (never the candidate)."""
+    """Bind the invite to the first signed-in user who accepts it (never the candidate)."""
     now = now or timezone.now()
     with transaction.atomic():
         invite = (
@@ -452,16 +484,11 @@ def invite_accept(*, token: str, user, now: datetime | None = None) -> MockInter
         if invite is None:
             raise MockError("This invite link is not valid.")
         mock = MockInterview.objects.select_for_update().get(pk=invite.mock_id)
-        if invite.used_by_id is not None:
-            if invite.used_by_id == user.pk:
-                return mock  # the interviewer reopening their own link
-            raise MockError("This invite link has already been used by someone else.")
-        if user.pk == mock.user_id:
-            raise MockError("This is your own mock: send the link to your interviewer instead.")
-        if invite.expires <= now:
-            raise MockError("This invite link has expired; ask the candidate for a new one.")
-        if mock.interviewer_id is not None:
-            raise MockError("This mock already has an interviewer.")
+        reason = _invite_refusal(invite, mock, user, now)
+        if reason:
+            raise MockError(reason)
+        if invite.used_by_id == user.pk:
+            return mock  # the interviewer reopening their own link
         invite.used_by, invite.used = user, now
         invite.save(update_fields=["used_by", "used"])
         mock.interviewer = user

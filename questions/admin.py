@@ -4,6 +4,7 @@ and "export selected to YAML". Authors are staff users in the Authors group."""
 from __future__ import annotations
 
 import random
+import re
 
 import pydantic
 from django import forms
@@ -13,8 +14,9 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from questions import authoring, authoring_rubric, problems
+from questions import authoring, authoring_problem, authoring_rubric, problems
 from questions import bank as bank_files
+from questions.admin_widgets import FormulaInput, FormulaTextarea
 from questions.markdown import render_markdown
 from questions.models import (
     Loop,
@@ -80,8 +82,16 @@ POINT_FIELDS = (
 )
 
 
+class RubricPointForm(forms.ModelForm):
+    class Meta:
+        model = RubricPoint
+        fields = "__all__"  # noqa: DJ007 - the inline's field list decides what shows
+        widgets = {"expects": FormulaTextarea(attrs={"rows": 3})}
+
+
 class RubricPointInline(admin.StackedInline):
     model = RubricPoint
+    form = RubricPointForm
     formset = RubricPointInlineFormSet
     extra = 0
     fields = (
@@ -110,6 +120,7 @@ class QuestionForm(forms.ModelForm):
     class Meta:
         model = Question
         fields = "__all__"  # noqa: DJ007 - the admin's own field list decides what shows
+        widgets = {"variables": FormulaTextarea()}
 
     def clean_variables(self) -> dict:
         return authoring_rubric.variables_clean(self.cleaned_data.get("variables"))
@@ -184,41 +195,71 @@ class QuestionAdmin(admin.ModelAdmin):
 
 
 class StepInlineFormSet(forms.BaseInlineFormSet):
-    """Validate the problem as edited: the bank loader's checks on >= 20 variants."""
+    """Validate the problem as edited: the bank loader's checks on >= 20 variants, each
+    error shown on the row (and field) of the step that has it."""
 
     def clean(self) -> None:
         super().clean()
         if any(self.errors):
             return
-        steps = []
-        for form in sorted(self.forms, key=lambda f: f.cleaned_data.get("order") or 0):
-            data = form.cleaned_data
-            if not data or data.get("DELETE"):
-                continue
-            saved = list(form.instance.misconceptions.all()) if form.instance.pk else []
-            steps.append(
-                {
-                    "name": data["name"],
-                    "prompt": data["prompt"],
-                    "expression": data["expression"],
-                    "unit": data["unit"],
-                    "rtol": data["rtol"],
-                    "atol": data["atol"],
-                    "hints": data.get("hints") or [],
-                    "explanation": data.get("explanation") or "",
-                    "integer": data.get("integer") or None,
-                    "misconceptions": [
-                        {"expression": m.expression, "feedback": m.feedback} for m in saved
-                    ],
-                }
-            )
-        errors = authoring.problem_errors(authoring.problem_data(self.instance, steps))
-        if errors:
-            raise ValidationError(errors)
+        rows = [
+            form
+            for form in sorted(self.forms, key=lambda f: f.cleaned_data.get("order") or 0)
+            if form.cleaned_data and not form.cleaned_data.get("DELETE")
+        ]
+        steps = [_step_data(form) for form in rows]
+        whole_problem = []
+        for issue in authoring.problem_issues(authoring.problem_data(self.instance, steps)):
+            if issue.step is None or issue.step >= len(rows):
+                whole_problem.append(str(issue))
+            else:
+                _add_step_error(rows[issue.step], issue)
+        if whole_problem:
+            raise ValidationError(whole_problem)
+
+
+def _step_data(form: forms.ModelForm) -> dict:
+    """One inline row as the bank's step mapping (misconceptions as saved: they are edited
+    on the step's own page)."""
+    data = form.cleaned_data
+    saved = list(form.instance.misconceptions.all()) if form.instance.pk else []
+    return {
+        "name": data["name"],
+        "prompt": data["prompt"],
+        "expression": data["expression"],
+        "unit": data["unit"],
+        "rtol": data["rtol"],
+        "atol": data["atol"],
+        "hints": data.get("hints") or [],
+        "explanation": data.get("explanation") or "",
+        "integer": data.get("integer") or None,
+        "misconceptions": [{"expression": m.expression, "feedback": m.feedback} for m in saved],
+    }
+
+
+def _add_step_error(form: forms.ModelForm, issue: authoring.Issue) -> None:
+    if issue.field in form.fields:
+        form.add_error(issue.field, issue.message)
+    elif issue.field.startswith("misconceptions"):
+        form.add_error(
+            None,
+            f"{issue.field}: {issue.message} (misconceptions are edited on the step's own "
+            "page: follow its Change link)",
+        )
+    else:
+        form.add_error(None, f"{issue.field}: {issue.message}" if issue.field else issue.message)
+
+
+class StepForm(forms.ModelForm):
+    class Meta:
+        model = Step
+        fields = "__all__"  # noqa: DJ007 - the admin's own field list decides what shows
+        widgets = {"expression": FormulaInput()}
 
 
 class StepInline(admin.StackedInline):
     model = Step
+    form = StepForm
     formset = StepInlineFormSet
     extra = 0
     fields = (
@@ -234,15 +275,49 @@ class StepInline(admin.StackedInline):
     show_change_link = True  # misconceptions are edited on the step's own page
 
 
+class ProblemForm(forms.ModelForm):
+    class Meta:
+        model = Problem
+        fields = "__all__"  # noqa: DJ007 - the admin's own field list decides what shows
+        widgets = {"parameters": FormulaTextarea(), "condition": FormulaInput()}
+
+
 @admin.register(Problem)
 class ProblemAdmin(admin.ModelAdmin):
+    form = ProblemForm
     list_display = ("question", "condition")
     search_fields = ("question__title", "question__slug")
     inlines = [StepInline]
     autocomplete_fields = ("question",)
+    change_form_template = "admin/questions/problem/change_form.html"
+
+    def get_urls(self):
+        preview = self.admin_site.admin_view(self.preview_view)
+        return [path("preview/", preview, name="questions_problem_preview"), *super().get_urls()]
+
+    def preview_view(self, request: HttpRequest) -> HttpResponse:
+        """One variant of the problem as the form holds it now (unsaved edits included),
+        worked step by step, and what saving would refuse."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        data = request.POST if request.method == "POST" else request.GET
+        saved = None
+        if data.get("object_id", "").isdigit():
+            saved = Problem.objects.filter(pk=int(data["object_id"])).first()
+        edited = authoring_problem.problem_as_edited(data, saved)
+        seed = data.get("preview_seed", "")
+        seed = int(seed) if seed.isdigit() and not data.get("redraw") else random.randrange(2**31)
+        worked = issues = None
+        if not edited.unreadable:
+            worked = authoring_problem.work_variant(edited.data, seed)
+            issues = authoring.problem_issues(edited.data)
+        context = {"edited": edited, "worked": worked, "issues": issues, "seed": seed}
+        return TemplateResponse(request, "questions/admin/problem_preview.html", context)
 
 
 class MisconceptionInlineFormSet(forms.BaseInlineFormSet):
+    """A step's misconceptions get the bank's checks, each error on the row that has it."""
+
     def clean(self) -> None:
         super().clean()
         if any(self.errors):
@@ -250,22 +325,44 @@ class MisconceptionInlineFormSet(forms.BaseInlineFormSet):
         step = self.instance
         if step.problem_id is None:  # no problem chosen: the step's own form says so (was a 500)
             return
+        rows = [f for f in self.forms if f.cleaned_data and not f.cleaned_data.get("DELETE")]
         edited = [
             {"expression": f.cleaned_data["expression"], "feedback": f.cleaned_data["feedback"]}
-            for f in self.forms
-            if f.cleaned_data and not f.cleaned_data.get("DELETE")
+            for f in rows
         ]
         data = authoring.problem_data(step.problem)
-        for row in data["steps"]:
+        index = None
+        for i, row in enumerate(data["steps"]):
             if row["name"] == step.name:
-                row["misconceptions"] = edited
-        errors = authoring.problem_errors(data)
-        if errors:
-            raise ValidationError(errors)
+                row["misconceptions"], index = edited, i
+        elsewhere = []
+        for issue in authoring.problem_issues(data):
+            j = _misconception_index(issue) if issue.step == index else None
+            if j is not None and j < len(rows):
+                rows[j].add_error("expression", issue.message)
+            else:
+                elsewhere.append(str(issue))
+        if elsewhere:
+            raise ValidationError(elsewhere)
+
+
+def _misconception_index(issue: authoring.Issue) -> int | None:
+    """j of an issue on "misconceptions[j] > expression" (the bank's path) or
+    "misconceptions > j > ..." (the schema's)."""
+    match = re.match(r"misconceptions(?:\[(\d+)\]| > (\d+))", issue.field)
+    return int(match.group(1) or match.group(2)) if match else None
+
+
+class MisconceptionForm(forms.ModelForm):
+    class Meta:
+        model = Misconception
+        fields = "__all__"  # noqa: DJ007 - the inline's field list decides what shows
+        widgets = {"expression": FormulaInput()}
 
 
 class MisconceptionInline(admin.TabularInline):
     model = Misconception
+    form = MisconceptionForm
     formset = MisconceptionInlineFormSet
     extra = 0
     fields = ("order", "expression", "feedback")
@@ -273,6 +370,7 @@ class MisconceptionInline(admin.TabularInline):
 
 @admin.register(Step)
 class StepAdmin(admin.ModelAdmin):
+    form = StepForm
     list_display = ("name", "problem", "unit")
     search_fields = ("name", "problem__question__slug")
     inlines = [MisconceptionInline]

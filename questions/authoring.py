@@ -19,16 +19,54 @@ from questions.services import dump_yaml, question_dict, topic_file_dict
 ADMIN_CHECK_VARIANTS = 24  # "every expression evaluates for >= 20 random variants"
 
 
-def problem_errors(data: dict[str, Any]) -> list[str]:
-    """Everything wrong with a problem given as the bank's `problem:` mapping."""
+@dataclass(frozen=True)
+class Issue:
+    """One thing wrong with a problem: where, as the bank names it, and what. `step` is the
+    index of the step (in order) it belongs to, `field` that step's field ("expression",
+    "unit", "misconceptions[0] > expression"); None and "" for the problem as a whole."""
+
+    path: str
+    message: str
+    step: int | None = None
+    field: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def problem_issues(data: dict[str, Any]) -> list[Issue]:
+    """Everything wrong with a problem given as the bank's `problem:` mapping, each issue
+    tied to its step where it has one (so the admin can show it on that step's row)."""
     try:
         problem_in = bank_files.ProblemIn.model_validate(data)
     except ValidationError as exc:
-        return [
-            f"{' > '.join(str(p) for p in err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
-            for err in exc.errors()
-        ]
-    return [f"{path}: {message}" for path, message in bank_files.check_problem(problem_in)]
+        return [_schema_issue(err) for err in exc.errors()]
+    names = [str(s.get("name", "")) for s in data.get("steps") or ()]
+    checked = bank_files.check_problem(problem_in)
+    return [_check_issue(path, message, names) for path, message in checked]
+
+
+def _schema_issue(err: Any) -> Issue:
+    loc = err["loc"]
+    message = err["msg"].removeprefix("Value error, ")
+    path = " > ".join(str(p) for p in loc)
+    if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+        return Issue(path, message, step=loc[1], field=" > ".join(str(p) for p in loc[2:]))
+    return Issue(path, message)
+
+
+def _check_issue(path: str, message: str, names: list[str]) -> Issue:
+    """check_problem's paths read "steps[1] (kv_per_seq) > expression"."""
+    for i, name in enumerate(names):
+        prefix = f"steps[{i}] ({name})"
+        if path == prefix or path.startswith(f"{prefix} > "):
+            return Issue(path, message, step=i, field=path[len(prefix) :].removeprefix(" > "))
+    return Issue(path, message)
+
+
+def problem_errors(data: dict[str, Any]) -> list[str]:
+    """Everything wrong with a problem given as the bank's `problem:` mapping."""
+    return [str(issue) for issue in problem_issues(data)]
 
 
 def problem_data(problem: Problem, steps: list[dict] | None = None) -> dict[str, Any]:
@@ -56,7 +94,6 @@ class VariantPreview:
     choices: dict[str, Any]
     steps: tuple[StepPreview, ...]
     error: str = ""
-    scope: dict[str, object] = field(default_factory=dict, repr=False)
     scope: dict[str, object] = field(default_factory=dict, repr=False)
 
 

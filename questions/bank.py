@@ -8,6 +8,7 @@ Every error names the file, the path to the field and what is wrong, e.g.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -513,6 +514,8 @@ def _check_step_static(i: int, step: StepIn, known: set[str], step_index: dict[s
                 )
             else:
                 msg = f"uses {name!r}, which is neither a parameter variable nor an earlier step"
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                msg = f"{msg} — did you mean {close[0]!r}?" if close else msg
             errors.append((f"{path} > {where}", msg))
     return errors
 

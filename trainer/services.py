@@ -51,6 +51,15 @@ def attempt_current(*, user, question: Question) -> Attempt:
     return attempt or attempt_start(user=user, question=question)
 
 
+def attempt_for_review(*, user, question: Question) -> Attempt:
+    """A review is answered from memory: an unfinished attempt resumes (its draft is never
+    lost), a finished one is not reopened — a new attempt starts, model answer hidden."""
+    attempt = Attempt.objects.filter(user=user, question=question).order_by("-started").first()
+    if attempt is not None and attempt.submitted is None and attempt.graded is None:
+        return attempt
+    return attempt_start(user=user, question=question)
+
+
 def attempt_context(attempt: Attempt) -> AttemptContext:
     problem = problem_spec(attempt.question.problem)
     variant = problems.draw_variant(problem, attempt.variant_seed)

@@ -8,13 +8,14 @@ from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET
 
 from common import ratelimits
 from questions.models import Topic, published_q
-from trainer import health, progress
+from trainer import health, progress, services
 from trainer.reviews import due_cards
 
 
@@ -130,13 +131,22 @@ def practice_start(request: HttpRequest) -> HttpResponse:
         if card is None:
             messages.info(request, "Nothing is due for review. Try a surprise question.")
             return redirect("home")
-        question = card.question
+        attempt = services.attempt_for_review(user=request.user, question=card.question)
+        return redirect("attempt", attempt_id=attempt.pk)
     else:
         question = progress.surprise(request.user)
     if question is None:
         messages.info(request, "No published questions yet: load the bank first.")
         return redirect("home")
     return redirect("practice", slug=question.slug)
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever the page links (the admin's pages link none)."""
+    response = redirect(static("img/favicon.svg"))
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
 
 
 @login_required

@@ -79,5 +79,33 @@
       clearTimeout(timers.get(elt).timer);
       timers.delete(elt);
     }
+    if (isAutosave(elt) && ev.detail.successful && xhr && xhr.status < 300) {
+      const sent = dirty.get(elt);
+      if (sent !== undefined && sent === valueOf(elt)) dirty.delete(elt);
+    }
+  });
+
+  // Leaving the page (reload, link, tab closed) inside the autosave's typing delay: the last
+  // keystrokes are sent with a keepalive request, which the browser completes after the
+  // page is gone, so a reload right after typing finds them.
+  const dirty = new Map(); // element -> its text when it last changed
+  const valueOf = (elt) => (elt.tagName === "FORM" ? new URLSearchParams(new FormData(elt)).toString() : elt.value);
+  document.addEventListener("input", (ev) => {
+    const elt = ev.target.closest && ev.target.closest("[hx-target='#autosave-status']");
+    if (elt) dirty.set(elt, valueOf(elt));
+  });
+  window.addEventListener("pagehide", () => {
+    const csrf = JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"];
+    for (const elt of dirty.keys()) {
+      if (!elt.isConnected) continue;
+      const body = elt.tagName === "FORM" ? new FormData(elt) : new FormData();
+      if (elt.tagName !== "FORM") body.append(elt.name, elt.value);
+      const vals = JSON.parse(elt.getAttribute("hx-vals") || "{}");
+      for (const [k, v] of Object.entries(vals)) body.set(k, v);
+      fetch(elt.getAttribute("hx-post"), {
+        method: "POST", body, keepalive: true, credentials: "same-origin",
+        headers: { "X-CSRFToken": csrf || "", "HX-Request": "true" },
+      }).catch(() => {});
+    }
   });
 })();

@@ -1,6 +1,8 @@
 // Mock interview clocks. The server sent the seconds left (its own clock); we count down
-// from page load with performance.now(). At zero the question's boxes are sent with the
-// "next" form, so the server stores them (late if past its deadline) and moves on.
+// from page load with performance.now(). When the question's clock reaches zero nothing
+// moves: a "late" banner shows and the boxes stay editable until the learner submits or
+// moves on (the server marks the answer late). When the loop's clock reaches zero the boxes
+// are sent with the "next" form, so the server stores them and ends the mock.
 document.addEventListener("DOMContentLoaded", () => {
   const t0 = performance.now();
   const clocks = [...document.querySelectorAll(".countdown")].map((el) => ({
@@ -70,7 +72,12 @@ document.addEventListener("DOMContentLoaded", () => {
       c.el.textContent = fmt(s);
       c.el.classList.toggle("low", s <= 60);
     }
-    if (!state.expired && clocks.some((c) => left(c) <= 0)) {
+    if (!state.late && left(clocks[0]) <= 0) {
+      state.late = true;
+      document.getElementById("late-banner").hidden = false;
+      document.getElementById("mock-bar").classList.add("late");
+    }
+    if (!state.expired && left(clocks[1]) <= 0) {
       state.expired = true;
       nextForm.querySelector("input[name=timeup]").value = "1";
       carry();

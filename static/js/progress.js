@@ -1,10 +1,18 @@
 // Draw the progress charts from the JSON the page embeds (tables carry the same data).
 document.addEventListener("DOMContentLoaded", () => {
   const data = JSON.parse(document.getElementById("progress-data").textContent);
-  const layout = (title, extra) => Object.assign({
-    margin: { t: 20, r: 10, b: 40, l: 50 }, height: 280, showlegend: true,
-    yaxis: { title, rangemode: "tozero" },
-  }, extra || {});
+  // automargin: long tick labels (competency names) widen the margin instead of being clipped.
+  const layout = (title, extra) => {
+    const out = Object.assign({
+      margin: { t: 20, r: 10, b: 40, l: 50 }, height: 280, showlegend: true,
+      yaxis: { title, rangemode: "tozero" },
+    }, extra || {});
+    for (const axis of ["xaxis", "yaxis"]) out[axis] = Object.assign({ automargin: true }, out[axis]);
+    return out;
+  };
+  const draw = (id, traces, chartLayout) => {
+    if (document.getElementById(id)) Plotly.newPlot(id, traces, chartLayout, config);
+  };
   const config = { displayModeBar: false, responsive: true };
 
   const byTopic = {};
@@ -20,15 +28,15 @@ document.addEventListener("DOMContentLoaded", () => {
     x: s.x, y: s.y, name: topic, mode: "lines+markers", type: "scatter",
     marker: { symbol: s.symbol, size: 8 }, text: s.text,
   }));
-  Plotly.newPlot("chart-history", history, layout("score %", { yaxis: { title: "score %", range: [0, 100] } }), config);
+  draw("chart-history", history, layout("score %", { yaxis: { title: "score %", range: [0, 100] } }));
 
-  Plotly.newPlot("chart-competencies", [{
+  draw("chart-competencies", [{
     type: "bar", orientation: "h",
     x: data.competencies.map((c) => Math.round(c.score * 100)),
     y: data.competencies.map((c) => c.competency),
-  }], layout("", { showlegend: false, xaxis: { title: "mean score %", range: [0, 100] } }), config);
+  }], layout("", { showlegend: false, xaxis: { title: "mean score %", range: [0, 100] } }));
 
-  Plotly.newPlot("chart-due", [{
+  draw("chart-due", [{
     type: "bar", x: data.due.map((d) => d.day), y: data.due.map((d) => d.due),
-  }], layout("cards", { showlegend: false }), config);
+  }], layout("cards", { showlegend: false }));
 });

@@ -72,13 +72,28 @@ def test_a_whole_warm_up_loop_to_the_scorecard(live_server, users, settings, orm
     expect(page.get_by_text("Follow-up 2 of 4:")).to_be_visible()
     page.get_by_role("button", name="Next question").click()
 
-    # 2: type, stop, and let the clock run out: the page moves on by itself.
+    # 2: type, stop, and let the clock run out: nothing moves at 0:00; a "late" banner
+    # shows, the box stays editable, and what is typed after the bell is kept (late).
     expect(page.locator("#question-number")).to_have_text("2")
     page.get_by_label("Your answer").press_sequentially("Turn on streaming first", delay=20)
-    expect(page.locator("#question-number")).to_have_text("3", timeout=20_000)
-    timed_out = orm(lambda: MockItem.objects.select_related("attempt").get(mock=mock, order=1))
-    assert timed_out.closed is not None
-    assert timed_out.attempt.answer == "Turn on streaming first"
+    expect(page.locator("#late-banner")).to_be_visible(timeout=20_000)
+    expect(page.locator("#question-clock")).to_have_text("0:00")
+    page.wait_for_timeout(1500)  # past the deadline's grace: still the same question
+    expect(page.locator("#question-number")).to_have_text("2")
+    with page.expect_response(lambda r: r.url.endswith("/draft/") and r.ok):  # autosaved
+        page.get_by_label("Your answer").press_sequentially(", then cap the batch", delay=20)
+    page.reload()  # a reload past the deadline stays too, banner and draft included
+    expect(page.locator("#late-banner")).to_be_visible()
+    expect(page.get_by_label("Your answer")).to_have_value(
+        "Turn on streaming first, then cap the batch"
+    )
+    page.get_by_role("button", name="Next question").click()
+    expect(page.locator("#question-number")).to_have_text("3")
+    timed_out = orm(
+        lambda: MockItem.objects.select_related("attempt", "question").get(mock=mock, order=1)
+    )
+    assert timed_out.closed is not None and timed_out.late is True
+    assert timed_out.attempt.answer == "Turn on streaming first, then cap the batch"
 
     # 3: answer and move on.
     page.get_by_label("Your answer").fill(ANSWER)
@@ -102,7 +117,11 @@ def test_a_whole_warm_up_loop_to_the_scorecard(live_server, users, settings, orm
     expect(page.locator("#weakest a[href^='/practice/']").first).to_be_visible()
     expect(page.locator("table.rubric").first).to_be_visible()
     expect(page.locator("table.steps-result")).to_contain_text("prefill_tflop")
-    expect(page.locator(".answer-text", has_text="Turn on streaming first")).to_be_visible()
+    late_answer = page.locator(".answer-text", has_text="Turn on streaming first, then cap")
+    expect(late_answer).to_be_visible()
+    expect(page.locator("tr", has_text=timed_out.question.title).locator(".flag")).to_have_text(
+        "late"
+    )
     expect(page.locator("details.model").first).to_be_visible()
     page.emulate_media(media="print")
     expect(page.locator(".site-header")).to_be_hidden()
@@ -148,7 +167,8 @@ def test_the_interviewer_seat(asgi_server, users, fast_grader, orm, browser: Bro
     link = candidate.locator("#invite-url").input_value()
     assert "/mock/join/" in link
 
-    interviewer.goto(link)
+    interviewer.goto(link)  # opening the link takes nothing: the button does
+    interviewer.get_by_role("button", name="Take the interviewer seat").click()
     expect(interviewer.get_by_role("heading", name="Interviewer seat")).to_be_visible()
     expect(interviewer.locator("#live-status")).to_contain_text("Live")
     expect(interviewer.locator("#item-0 .model-answer")).to_be_attached()

@@ -43,11 +43,20 @@ def as_user(client, name):
 def test_the_first_other_user_becomes_the_interviewer_and_nobody_else(client, mock, bob, cy):
     url = invite_url(client, mock)
     assert as_user(client, "ada").get(url).status_code == 403  # never the candidate
-    assert as_user(client, "bob").get(url)["Location"] == f"/mock/{mock.pk}/interviewer/"
+    assert client.post(url).status_code == 403
+    # Opening the link (a GET: a link preview, a prefetch) shows the offer, takes nothing.
+    offer = as_user(client, "bob").get(url)
+    assert offer.status_code == 200 and "Take the interviewer seat" in offer.content.decode()
+    assert as_user(client, "cy").get(url).status_code == 200  # still open to anyone
+    mock.refresh_from_db()
+    assert mock.interviewer_id is None and MockInvite.objects.get(mock=mock).used_by is None
+    assert as_user(client, "bob").post(url)["Location"] == f"/mock/{mock.pk}/interviewer/"
     assert client.get(f"/mock/{mock.pk}/interviewer/").status_code == 200
     assert client.get(url).status_code == 302  # the interviewer may reopen their link
+    assert client.post(url).status_code == 302
     refused = as_user(client, "cy").get(url)
     assert refused.status_code == 403 and "already been used" in refused.content.decode()
+    assert client.post(url).status_code == 403
     assert client.get(f"/mock/{mock.pk}/interviewer/").status_code == 404
     mock.refresh_from_db()
     assert mock.interviewer.username == "bob"
@@ -55,7 +64,7 @@ def test_the_first_other_user_becomes_the_interviewer_and_nobody_else(client, mo
 
 def test_the_candidate_cannot_open_the_interviewer_view(client, mock, bob):
     url = invite_url(client, mock)
-    as_user(client, "bob").get(url)
+    as_user(client, "bob").post(url)
     candidate = as_user(client, "ada")
     assert candidate.get(f"/mock/{mock.pk}/interviewer/").status_code == 404
     assert candidate.get(f"/mock/{mock.pk}/interviewer/events").status_code == 404
@@ -68,8 +77,9 @@ def test_the_candidate_cannot_open_the_interviewer_view(client, mock, bob):
 def test_an_expired_invite_is_refused(client, mock, bob):
     url = invite_url(client, mock)
     MockInvite.objects.filter(mock=mock).update(expires=timezone.now() - timedelta(seconds=1))
-    response = as_user(client, "bob").get(url)
-    assert response.status_code == 403 and "expired" in response.content.decode()
+    for method in ("get", "post"):
+        response = getattr(as_user(client, "bob"), method)(url)
+        assert response.status_code == 403 and "expired" in response.content.decode()
     assert as_user(client, "bob").get("/mock/join/not-a-token/").status_code == 403
 
 
@@ -85,7 +95,7 @@ def test_the_interviewer_sees_rubric_and_model_answer_and_marks_reach_the_scorec
 ):
     url = invite_url(client, mock)
     interviewer = as_user(client, "bob")
-    interviewer.get(url)
+    interviewer.post(url)
     item = mock.items.get(order=0)
     page = interviewer.get(f"/mock/{mock.pk}/interviewer/").content.decode()
     assert item.question.model_answer_html[:40] in page
@@ -158,7 +168,7 @@ def test_the_sse_stream_sends_the_snapshot_then_each_autosave(asgi_server, ada, 
 def test_an_arithmetic_question_takes_the_interviewers_own_score(client, mock, bob):
     url = invite_url(client, mock)
     interviewer = as_user(client, "bob")
-    interviewer.get(url)
+    interviewer.post(url)
     item = mock.items.get(question__kind="arithmetic")
     interviewer.post(
         f"/mock/{mock.pk}/interviewer/items/{item.order}/mark/",

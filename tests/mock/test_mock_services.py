@@ -101,7 +101,7 @@ def test_the_client_cannot_extend_the_deadline(ada, settings, client):
     assert item.deadline == deadline
 
 
-def test_an_expired_question_closes_with_its_draft_and_the_next_starts(ada, settings):
+def test_moving_on_after_the_deadline_closes_with_the_draft_and_the_next_starts(ada, settings):
     mock = start(ada, settings)
     item = current(mock)
     services.draft_save(item=item, slot="main", text="Typed before time ran out.")
@@ -109,12 +109,31 @@ def test_an_expired_question_closes_with_its_draft_and_the_next_starts(ada, sett
     Attempt.objects.filter(pk=item.attempt_id).update(
         draft_saved=timezone.now() - timedelta(seconds=20)  # before the (moved) deadline
     )
+    # Past its own deadline the question stays open (the loop's time is not up): the
+    # candidate may still finish it, late. Moving on closes it with what was typed.
+    assert current(mock).pk == item.pk and MockItem.objects.get(pk=item.pk).closed is None
+    services.item_next(item=item)
     nxt = current(mock)
     assert nxt.order == 1 and nxt.started is not None
     item.refresh_from_db()
     assert item.closed is not None
     assert item.attempt.answer == "Typed before time ran out." and item.attempt.submitted
     assert item.late is False  # it was typed (autosaved) before the deadline
+
+
+def test_a_question_past_its_deadline_stays_open_until_the_loop_ends(ada, settings):
+    mock = start(ada, settings)
+    item = current(mock)
+    expire(item, seconds_ago=600)
+    again = current(mock)
+    assert again.pk == item.pk and again.closed is None
+    services.answer_submit(item=again, text="Finished after the bell.")
+    again.refresh_from_db()
+    assert again.late is True and again.attempt.answer == "Finished after the bell."
+    # The loop's deadline still ends everything.
+    MockInterview.objects.filter(pk=mock.pk).update(deadline=timezone.now() - timedelta(seconds=30))
+    assert current(mock) is None
+    assert MockItem.objects.filter(mock=mock, closed__isnull=True).count() == 0
 
 
 def test_a_draft_saved_after_the_deadline_is_late_when_captured(ada, settings):

@@ -57,6 +57,7 @@ MATRIX = """
 # url name (or route)                         method  anon   A      B      I      author staff
 home                                          GET     200    200    200    200    200    200
 healthz                                       GET     200    200    200    200    200    200
+favicon                                       GET     302    302    302    302    302    302
 login                                         GET     200    200    200    200    200    200
 login                                         POST    200    200    200    200    200    200
 logout                                        GET     405    405    405    405    405    405
@@ -134,6 +135,7 @@ mock_follow_up                                POST    login  302    404    404  
 mock_next                                     GET     login  405    405    405    405    405
 mock_next                                     POST    login  302    404    404    404    404
 mock_join                                     GET     login  403    403    302    403    403
+mock_join                                     POST    login  403    403    302    403    403
 mock_interviewer                              GET     login  404    404    200    404    404
 mock_events                                   GET     403    404    404    200    404    404
 mock_mark                                     GET     login  405    405    405    405    405
@@ -178,6 +180,8 @@ admin:auth_user_change                        POST    admin  admin  admin  admin
 admin/auth/user/<path:object_id>/             GET     admin  admin  admin  admin  302    302
 admin:questions_question_preview              GET     admin  admin  admin  admin  200    200
 admin:questions_question_preview              POST    admin  admin  admin  admin  200    200
+admin:questions_problem_preview               GET     admin  admin  admin  admin  200    200
+admin:questions_problem_preview               POST    admin  admin  admin  admin  200    200
 # trying a rubric on pasted answers: staff (authors and operators)
 try_rubric                                    GET     admin  admin  admin  admin  200    200
 try_rubric                                    POST    admin  admin  admin  admin  200    200
@@ -481,8 +485,8 @@ def test_the_interviewer_seat_needs_a_valid_unused_invite(client, world):
     mock = objects["mock"]
     client.force_login(users["B"])
     for token in ("not-a-token", objects["invite"].token[:-1] + "x", objects["invite"].token):
-        response = client.get(reverse("mock_join", args=[token]))
-        assert response.status_code == 403
+        assert client.get(reverse("mock_join", args=[token])).status_code == 403
+        assert client.post(reverse("mock_join", args=[token])).status_code == 403
     assert client.get(reverse("mock_interviewer", args=[mock.pk])).status_code == 404
     mock.refresh_from_db()
     assert mock.interviewer_id == users["I"].pk

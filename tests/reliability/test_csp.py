@@ -222,6 +222,7 @@ def test_the_main_pages_work_under_the_policy(
     wi = Watcher(seat, "interviewer")
     log_in(seat, base, "bob")
     seat.goto(link)
+    seat.get_by_role("button", name="Take the interviewer seat").click()
     expect(seat.get_by_text("You are interviewing")).to_be_visible()
     seat.wait_for_function("() => window.mockLive && window.mockLive.connected", timeout=15_000)
     page.locator("#follow-up-answer").press_sequentially("Attention grows quadratically")

