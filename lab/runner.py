@@ -18,7 +18,8 @@ from django.utils import timezone
 from lab import broker
 from lab.conditions import Meter
 from lab.labs import get_lab
-from lab.labs.base import LabCancelled, RunContext
+from lab.labs.base import LabCancelled, Point, RunContext
+from lab.labs.verdicts import judge_run
 from lab.models import LabPoint, LabRun
 from lab.services import ACTIVE, NOT_RERUN, point_payload, status_payload
 
@@ -97,6 +98,7 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
         params=dict(run.params), is_cancelled=liveness.is_cancelled, beat=liveness.beat
     )
     seq, status, error = 0, LabRun.Status.DONE, ""
+    points: list[Point] = []
     started = time.perf_counter()
     try:
         ctx.device = _device_for(run.queue)
@@ -115,6 +117,7 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
                 extra=point.extra,
             )
             broker.publish(run_id, "point", point_payload(saved))
+            points.append(point)
             seq += 1
             liveness.beat()
             if liveness.is_cancelled():
@@ -129,7 +132,11 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
         log.exception("lab run %s failed", run_id)
         status, error = LabRun.Status.FAILED, f"{type(exc).__name__}: {exc}"
     summary = {**ctx.summary, "points": seq, "wall_s": round(time.perf_counter() - started, 3)}
-    return _finish(run_id, status, error, summary, meter.end_record())
+    conditions = meter.end_record()
+    if status == LabRun.Status.DONE:  # a verdict per predicted series, contention stated
+        summary["verdicts"] = [v.as_dict() for v in judge_run(get_lab(run.lab), points,
+                                                              conditions)]  # fmt: skip
+    return _finish(run_id, status, error, summary, conditions)
 
 
 def _finish(

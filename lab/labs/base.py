@@ -122,6 +122,12 @@ class Series:
     predicts: str = ""
     axis: str = "y"  # y | y2 (second y axis on the right)
     mode: str = "lines+markers"  # a plotly scatter mode, or "bar" (bar series are stacked)
+    # Predicted series only: what the prediction claims (lab/labs/verdicts.py) — "exact"
+    # (counts: must match), "bound" (measured may not beat it by more than `band`) or
+    # "estimate" (measured / predicted within ±band on the median point).
+    claim: str = ""
+    band: float = 0.0
+    bound_side: str = "lower"  # bound: "lower" (measured ≥ it) or "upper" (measured ≤ it)
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,10 @@ class Lab:
 
     def run(self, ctx: RunContext) -> Iterator[Point]:
         raise NotImplementedError
+
+    def miss_cause(self, series: str) -> str:
+        """The likely cause a verdict names when `series`' prediction misses ("" = generic)."""
+        return ""
 
     def series_by_name(self) -> dict[str, Series]:
         return {s.name: s for s in self.series}

@@ -26,11 +26,15 @@ from lab.engine.engine import LLMEngine
 from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
-from lab.labs.common import bundled_shape, random_model, timed, torch_dtype
+from lab.labs.calibration import fitted_rate, repeat
+from lab.labs.common import bundled_shape, random_model, torch_dtype
 from lab.labs.formulas import decode_step_flops
 
 MODES = ("cached", "none")
 MAX_TOKENS = 512  # the bundled model's context
+REPEATS = 5  # timings per calibration length (their median is fitted)
+# The predictions' bands (lab/labs/verdicts.py): measured / predicted on the median point.
+BANDS = {"cached-predicted": 0.25, "none-predicted": 0.25}
 
 
 def step_flops(model: LlamaModel, mode: str, context: float) -> float:
@@ -44,11 +48,25 @@ def step_flops(model: LlamaModel, mode: str, context: float) -> float:
                              c.head_dim, new, pairs)  # fmt: skip
 
 
-def seconds_per_flop(model: LlamaModel, device: str, lengths: tuple[int, int]) -> float:
-    """Slope of this model's no-cache forward (last row's logits) between two lengths:
-    marginal seconds per FLOP, free of the fixed per-call overhead."""
+def fit_slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys over xs (0 when the xs do not vary)."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+
+
+def calibration_lengths(final: int) -> list[int]:
+    """Sequence lengths the no-cache forward is timed at: from final/8 to final."""
+    return sorted({max(round(final * f), 1) for f in (1 / 8, 3 / 8, 5 / 8, 1)})
+
+
+def seconds_per_flop(model: LlamaModel, device: str, lengths: list[int]) -> tuple[float, dict]:
+    """Least-squares slope of this model's no-cache forward (last row's logits) over FLOPs
+    at `lengths`, each the median of REPEATS timings after 2 warm-up calls: marginal seconds
+    per FLOP, free of the fixed per-call overhead. CalibrationError when the slope is not
+    physical (see calibration.fitted_rate). Returns (s/FLOP, what was timed)."""
     gen = torch.Generator().manual_seed(2)
-    times = []
+    medians = []
     for n in lengths:
         ids = torch.randint(3, model.config.vocab_size, (n,), generator=gen).to(device)
         pos = torch.arange(n, device=device)
@@ -57,10 +75,12 @@ def seconds_per_flop(model: LlamaModel, device: str, lengths: tuple[int, int]) -
             with torch.inference_mode():
                 return model.logits(model(ids, pos, DenseAttention([n]))[-1:])
 
-        timed(forward, device)  # warm-up
-        times.append(min(timed(forward, device)[0] for _ in range(3)))
-    short, long = (step_flops(model, "none", n) for n in lengths)
-    return max(times[1] - times[0], 1e-9) / (long - short)
+        medians.append(statistics.median(repeat(forward, device, REPEATS, warmup=2)))
+    flops = [step_flops(model, "none", n) for n in lengths]
+    flop_s = fitted_rate(fit_slope(flops, medians), torch.device(device).type,
+                         "no-cache forward slope (FLOP/s)")  # fmt: skip
+    detail = {"lengths": lengths, "median_ms": [round(t * 1000, 3) for t in medians]}
+    return 1.0 / flop_s, detail
 
 
 class KVvsNoCache(Lab):
@@ -82,17 +102,18 @@ class KVvsNoCache(Lab):
     params = (
         Param("prompt_tokens", "Prompt tokens", "int", 16, min=1, max=504, unit="tokens"),
         Param("new_tokens", "Tokens to generate", "int", 384, min=8, max=496, unit="tokens"),
-        Param("every", "Point every", "int", 8, min=1, max=64, unit="tokens",
+        Param("every", "Point every", "int", 8, min=3, max=64, unit="tokens",
               help="each point is the median step time over this many tokens"),
         Param("dtype", "Weights dtype", "choice", "fp32", choices=("fp32", "bf16", "fp16")),
     )  # fmt: skip
     series = (
         Series("cached", "Paged KV cache, measured"),
         Series("cached-predicted", "Paged KV cache, predicted", "predicted",
-               predicts="cached", mode="lines"),
+               predicts="cached", mode="lines", claim="estimate",
+               band=BANDS["cached-predicted"]),
         Series("none", "No cache (recompute), measured"),
         Series("none-predicted", "No cache, predicted", "predicted", predicts="none",
-               mode="lines"),
+               mode="lines", claim="estimate", band=BANDS["none-predicted"]),
     )  # fmt: skip
     chart = Chart("sequence length at the step (tokens)", "ms per generated token")
     time_limit_s = 180
@@ -101,15 +122,25 @@ class KVvsNoCache(Lab):
         if params["prompt_tokens"] + params["new_tokens"] > MAX_TOKENS:
             return {"new_tokens": f"prompt + generated tokens must be at most {MAX_TOKENS} "
                                   "(the bundled model's context); generate fewer"}  # fmt: skip
-        if params["every"] > params["new_tokens"] - 1:
-            return {"every": "must be smaller than the tokens to generate"}
+        if 2 * params["every"] > params["new_tokens"] - 1:
+            return {"every": "must be at most half the decode steps (tokens to generate less "
+                             "one): the first window of steps is a discarded warm-up"}  # fmt: skip
         return {}
 
     def run(self, ctx: RunContext) -> Iterator[Point]:
         p = ctx.params
         model = random_model(bundled_shape("target"), ctx.device, torch_dtype(p["dtype"]))
         final = p["prompt_tokens"] + p["new_tokens"] - 1  # context of the last decode step
-        s_per_flop = seconds_per_flop(model, ctx.device, (max(final // 8, 1), final))
+        s_per_flop, timed_at = seconds_per_flop(model, ctx.device, calibration_lengths(final))
+        ctx.summary["calibration"] = (
+            f"no-cache forward timed at {timed_at['lengths']} tokens (median of {REPEATS} "
+            f"after 2 warm-up calls: {timed_at['median_ms']} ms); fitted slope "
+            f"{1e-9 / s_per_flop:.2f} GFLOP/s"
+        )
+        ctx.summary["warmup"] = (
+            f"discarded, not plotted: 2 warm-up calls per calibration length, each engine's "
+            f"prefill and its first {p['every']} decode steps"
+        )
         ctx.check_cancel()
         prompt = torch.randint(3, model.config.vocab_size, (p["prompt_tokens"],),
                                generator=torch.Generator().manual_seed(0)).tolist()  # fmt: skip
@@ -125,6 +156,7 @@ class KVvsNoCache(Lab):
 
         window: dict[str, list[tuple[int, float]]] = {m: [] for m in MODES}
         overhead_ms: dict[str, float] = {}
+        warming = True
         while engines["cached"].has_unfinished() or engines["none"].has_unfinished():
             for mode in MODES:
                 engine = engines[mode]
@@ -140,9 +172,13 @@ class KVvsNoCache(Lab):
             ctx.check_cancel()
             if len(window["none"]) < p["every"]:
                 continue
+            if warming:  # the first window is warm-up (allocations, caches): not plotted
+                window, warming = {m: [] for m in MODES}, False
+                continue
             for mode in MODES:
                 xs, ms = zip(*window[mode], strict=True)
                 x, y = statistics.median(xs), statistics.median(ms)
+                lo, hi = min(ms), max(ms)
                 flop_ms = step_flops(model, mode, x) * s_per_flop * 1000
                 if mode not in overhead_ms:  # the only fitted number: first point's overhead
                     overhead_ms[mode] = max(y - flop_ms, 0.0)
@@ -150,7 +186,8 @@ class KVvsNoCache(Lab):
                 extra = {
                     "predicted": overhead_ms[mode] + flop_ms,
                     "gflop_per_step": step_flops(model, mode, x) / 1e9,
-                }
+                    "lo": lo, "hi": hi, "repeats": len(ms),
+                }  # fmt: skip
                 yield Point(mode, x, y, extra)
                 window[mode] = []
         self._summarise(ctx, model, engines, overhead_ms, s_per_flop)
@@ -162,7 +199,7 @@ class KVvsNoCache(Lab):
         every = params["every"]
         return [
             statistics.median(range(first + i, first + i + every))
-            for i in range(0, decode_steps - every + 1, every)
+            for i in range(every, decode_steps - every + 1, every)  # after the warm-up window
         ]
 
     def _predicted(self, ctx, model, mode, overhead_ms, s_per_flop) -> Iterator[Point]:
