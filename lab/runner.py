@@ -61,6 +61,32 @@ class _Liveness:
         return self.cancelled
 
 
+def calibration_path():
+    """The device-constants cache (lab/labs/calibration.py): a JSON file under VAR_DIR, like
+    the project's other local state; measured again when missing or over 24 h old."""
+    from django.conf import settings
+
+    return settings.VAR_DIR / "lab_calibration.json"
+
+
+def calibrate_at_start() -> None:
+    """At worker start: measure this device's constants for the bundled model's fp32 weights
+    when the cache lacks them or they are over 24 h old; a failure is logged, and each run
+    checks (and measures) again."""
+    import torch
+
+    from lab.labs.calibration import CalibrationError, constants_for
+    from lab.labs.common import bundled_model
+
+    model = bundled_model("target")
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    try:
+        c = constants_for("cpu", torch.float32, weight_bytes, path=calibration_path())
+        log.info("lab device constants: %s", c.describe())
+    except (CalibrationError, OSError) as exc:
+        log.warning("lab calibration at worker start failed: %s", exc)
+
+
 def _device_for(queue: str) -> str:
     import torch
 
@@ -95,7 +121,10 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
     broker.clear_stream(run_id)
     liveness = _Liveness(run_id, last_beat=time.monotonic())
     ctx = RunContext(
-        params=dict(run.params), is_cancelled=liveness.is_cancelled, beat=liveness.beat
+        params=dict(run.params),
+        is_cancelled=liveness.is_cancelled,
+        beat=liveness.beat,
+        calibration_path=calibration_path(),
     )
     seq, status, error = 0, LabRun.Status.DONE, ""
     points: list[Point] = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 
@@ -160,6 +161,9 @@ class RunContext:
     is_cancelled: Callable[[], bool] = lambda: False
     beat: Callable[[], None] = lambda: None
     summary: dict[str, Any] = field(default_factory=dict)
+    # Where measured device constants are cached (lab/labs/calibration.py); None: this
+    # process only (tests, shells).
+    calibration_path: Path | None = None
 
     def check_cancel(self) -> None:
         """Call between measurements: raises LabCancelled once the user asked to stop."""

@@ -107,3 +107,14 @@ def test_measure_on_this_cpu_is_physical_and_says_what_it_used():
     assert c.bandwidth_median_bytes_s <= c.bandwidth_bytes_s  # best is the ceiling
     line = c.describe(now=c.measured_at)
     assert "GB/s (4 MiB buffer)" in line and "GFLOP/s" in line and "0 min ago" in line
+
+
+def test_constants_measured_under_contention_expire_in_minutes(tmp_path, monkeypatch):
+    path = tmp_path / "calibration.json"
+    monkeypatch.setattr(calibration, "measure", lambda *a: constants(measured_at=3_000_000.0))
+    key = calibration.cache_key("cpu", torch.float32, 1 << 20)
+    busy = constants(load_avg=50.0, measured_at=2_990_000.0)
+    path.write_text(json.dumps({key: asdict(busy)}))
+    got = calibration.constants_for("cpu", torch.float32, 1 << 20, path=path,
+                                    now=2_990_000 + 3600)  # fmt: skip
+    assert got.measured_at == 3_000_000.0  # an hour old and measured at load 50: again
