@@ -25,6 +25,11 @@ from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_shape, sync, torch_dtype
 from lab.labs.formulas import attention_scores_bytes, attention_tile_bytes
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"naive-predicted": 0.25, "tiled-predicted": 0.25}
+
 MAX_SCORE_BYTES = 4 * 2**30  # the naive score matrix of the largest N must fit in this
 _TARGET = bundled_shape("target")
 
@@ -133,10 +138,10 @@ class AttentionMemory(Lab):
     series = (
         Series("naive", "Naive: measured peak"),
         Series("naive-predicted", "Naive: heads × N² × bytes", "predicted", predicts="naive",
-               mode="lines"),
+               mode="lines", claim="estimate", band=BANDS["naive-predicted"]),
         Series("tiled", "Tiled: measured peak"),
         Series("tiled-predicted", "Tiled: heads × N × block × bytes", "predicted",
-               predicts="tiled", mode="lines"),
+               predicts="tiled", mode="lines", claim="estimate", band=BANDS["tiled-predicted"]),
         Series("max-abs-diff", "max |naive − tiled| (right axis)", axis="y2",
                mode="markers"),
     )  # fmt: skip

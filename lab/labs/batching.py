@@ -32,6 +32,11 @@ from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_shape, random_model, sync
 from lab.labs.formulas import slot_utilisation
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"static-predicted": 0, "continuous-predicted": 0}
+
 MODES = ("static", "continuous")
 CALIBRATION_STEPS = 9
 
@@ -159,10 +164,11 @@ class Batching(Lab):
     series = (
         Series("static", "Static batching (measured)"),
         Series("static-predicted", "Static predicted", "predicted", predicts="static",
-               mode="lines"),
+               mode="lines", claim="exact", band=BANDS["static-predicted"]),
         Series("continuous", "Continuous batching (measured)"),
         Series("continuous-predicted", "Continuous predicted", "predicted",
-               predicts="continuous", mode="lines"),
+               predicts="continuous", mode="lines",
+               claim="exact", band=BANDS["continuous-predicted"]),
     )  # fmt: skip
     chart = Chart("engine steps", "output tokens generated")
     time_limit_s = 150

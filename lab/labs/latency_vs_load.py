@@ -18,6 +18,11 @@ from lab.engine.server.launch import spawn
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.loadgen import LoadConfig, run
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"throughput-predicted": 0.25}
+
 
 def rates(params: dict) -> list[float]:
     top, n = params["max_rate"], params["levels"]
@@ -59,6 +64,8 @@ class LatencyVsLoad(Lab):
             predicts="throughput",
             axis="y2",
             mode="lines",
+            claim="estimate",
+            band=BANDS["throughput-predicted"],
         ),
     )
     chart = Chart(

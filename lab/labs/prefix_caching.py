@@ -25,6 +25,16 @@ from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_shape, random_model, tokenizer
 from lab.labs.formulas import prefix_hit_tokens
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {
+    "cache-on-predicted": 0.25,
+    "cache-off-predicted": 0.25,
+    "silent-miss-predicted": 0.25,
+    "hit-tokens-predicted": 0,
+}
+
 CONDITIONS = ("cache-on", "cache-off", "silent-miss")
 # A careless app stamps the time into the system prompt; one simulated turn every 37 s.
 TIMESTAMP = "[2025-03-14 09:{:02d}:{:02d}] "
@@ -139,16 +149,19 @@ class PrefixCaching(Lab):
     series = (
         Series("cache-on", "TTFT, caching on"),
         Series("cache-on-predicted", "TTFT on, predicted", "predicted", predicts="cache-on",
-               mode="lines"),
+               mode="lines", claim="estimate", band=BANDS["cache-on-predicted"]),
         Series("cache-off", "TTFT, caching off"),
         Series("cache-off-predicted", "TTFT off, predicted", "predicted",
-               predicts="cache-off", mode="lines"),
+               predicts="cache-off", mode="lines",
+               claim="estimate", band=BANDS["cache-off-predicted"]),
         Series("silent-miss", "TTFT, on + timestamp (silent miss)"),
         Series("silent-miss-predicted", "TTFT silent miss, predicted", "predicted",
-               predicts="silent-miss", mode="lines"),
+               predicts="silent-miss", mode="lines",
+               claim="estimate", band=BANDS["silent-miss-predicted"]),
         Series("hit-tokens", "prefix-hit tokens, caching on", axis="y2"),
         Series("hit-tokens-predicted", "prefix-hit tokens, predicted", "predicted",
-               predicts="hit-tokens", axis="y2", mode="lines"),
+               predicts="hit-tokens", axis="y2", mode="lines",
+               claim="exact", band=BANDS["hit-tokens-predicted"]),
         Series("silent-hit-tokens", "prefix-hit tokens, silent miss", axis="y2"),
     )  # fmt: skip
     chart = Chart("turn", "TTFT (ms)", y2_title="prefix-hit tokens")

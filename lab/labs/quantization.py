@@ -35,6 +35,11 @@ from lab.labs.common import (
 )
 from lab.labs.formulas import quant_weight_bytes
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"weight-mb-predicted": 0}
+
 FORMATS = (("bf16", 16), ("int8", 8), ("int4", 4))
 SKIP = frozenset({"lm_head"})  # quantize_model's default: the logits layer stays bf16
 BASE_BYTES = 2  # bf16
@@ -118,7 +123,8 @@ class Quantization(Lab):
         Series("ppl-hard", "perplexity, hardest 10% of windows"),
         Series("weight-mb", "weight MB (measured)", axis="y2"),
         Series("weight-mb-predicted", "weight MB (predicted)", "predicted",
-               predicts="weight-mb", axis="y2", mode="lines"),
+               predicts="weight-mb", axis="y2", mode="lines",
+               claim="exact", band=BANDS["weight-mb-predicted"]),
     )  # fmt: skip
     chart = Chart("bits per weight", "perplexity", y2_title="weight MB")
     time_limit_s = 150

@@ -23,6 +23,11 @@ from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_model, bundled_shape, heldout_windows
 from lab.labs.formulas import spec_speedup, spec_tokens_per_step
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"tokens-per-step-predicted": 0.25, "speedup-predicted": 0.25}
+
 BATCHES = (4, 16)  # the batch sweep; batch 1 is the main curve
 BATCH_KS = (1, 2, 4, 8)  # k values of the batch sweep (fewer: a batch of 16 is slow on CPU)
 
@@ -94,10 +99,12 @@ class SpeculativeDecoding(Lab):
     series = (
         Series("tokens-per-step", "tokens per target step (batch 1)"),
         Series("tokens-per-step-predicted", "tokens per step, predicted", "predicted",
-               predicts="tokens-per-step", mode="lines"),
+               predicts="tokens-per-step", mode="lines",
+               claim="estimate", band=BANDS["tokens-per-step-predicted"]),
         Series("speedup", "speedup, batch 1", axis="y2"),
         Series("speedup-predicted", "speedup batch 1, predicted", "predicted",
-               predicts="speedup", axis="y2", mode="lines"),
+               predicts="speedup", axis="y2", mode="lines",
+               claim="estimate", band=BANDS["speedup-predicted"]),
         *(Series(f"speedup-b{b}", f"speedup, batch {b}", axis="y2") for b in BATCHES),
     )  # fmt: skip
     chart = Chart("k (draft tokens per round)", "tokens per target step",
