@@ -34,14 +34,14 @@ SMALL: dict[str, dict[str, Any]] = {
         "prompt_tokens": 16,
         "new_tokens": 16,
         "max_batch": "4",
-    },  # fmt: skip
+    },
     "attention-memory": {"min_seq_len": 64, "max_seq_len": 512, "heads": 2, "block": 32},
     "cancellation": {
         "requests": 3,
         "max_tokens": 32,
         "others_max_tokens": 12,
         "disconnect_after": 4,
-    },  # fmt: skip
+    },
     "http-cancellation": {"clients": 2, "max_tokens": 48, "leave_after": 3},
     "latency-vs-load": {
         "max_rate": 8.0,
@@ -49,14 +49,14 @@ SMALL: dict[str, dict[str, Any]] = {
         "seconds_per_level": 3,
         "output_len": 8,
         "input_len": 16,
-    },  # fmt: skip
+    },
     "waterfall": {
         "max_rate": 6.0,
         "levels": 2,
         "seconds_per_level": 3,
         "output_len": 8,
         "input_len": 16,
-    },  # fmt: skip
+    },
     "retry-storm": {"seconds_per_policy": 3},
 }
 # fmt: on
