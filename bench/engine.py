@@ -1,12 +1,15 @@
 """Our engine vs Hugging Face `transformers` on the same weights: `python -m bench.engine`.
 
     python -m bench.engine [--quick] [--sections abcdefg] [--device cpu] [--threads 2]
+                           [--dtype bf16|fp32] [--compile]
 
 One markdown table per section, both sides measured in one process on this machine:
 (a) bs=1 decode ms/token, (b) mixed-workload throughput (continuous vs static batching),
 (c) KV bytes allocated vs used at peak (paged vs contiguous), (d) multi-turn TTFT with and
 without prefix caching, (e) speculative decoding, (f) weight-only quantisation, (g) roofline
-of a ~110M model against the measured copy bandwidth. A section whose module or weights are
+of a ~110M model against the measured copy bandwidth and a bare chain of `F.linear` calls
+over the same weights. --dtype defaults to bf16 where the CPU (or GPU) has native bf16, else
+fp32; HF runs in the same dtype. A section whose module or weights are
 missing prints "skipped: <reason>". Metrics as in vLLM's serving benchmark: TTFT to the first
 token, TPOT = (E2E - TTFT) / (output tokens - 1); tokens are counted from the engine.
 Latencies are best-of-N (noise on a shared machine only ever adds time). --threads 2 is the
@@ -20,6 +23,7 @@ import argparse
 import copy
 import datetime
 import importlib.util
+import math
 import os
 import platform
 import random
@@ -52,6 +56,8 @@ _LLAMA = {"model_type": "llama", "rms_norm_eps": 1e-6, "bos_token_id": 0, "eos_t
 ROOFLINE_SHAPE = {**_LLAMA, "vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048,
                   "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,
                   "max_position_embeddings": 2048}  # fmt: skip  # ~125M params, untied
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 PAD_ID = 2  # <|pad|> of the bundled tokenizer; any id works for random weights
 
 
@@ -61,10 +67,16 @@ class Bench:
 
     quick: bool
     device: str
+    dtype: torch.dtype
     target: LlamaModel
     hf: object  # transformers LlamaForCausalLM with the target's weights
     bundled: bool  # the bundled trained target (else a random model of its shape)
     paged_run: tuple | None = None  # (jobs, engine config, engine) from section (b)
+    compile: bool = False  # also time the engine with EngineConfig(compile=True) in (a)
+
+    @property
+    def dtype_name(self) -> str:
+        return DTYPE_NAMES[self.dtype]
 
     @property
     def label(self) -> str:
@@ -123,9 +135,20 @@ def make_engine(model: LlamaModel, **overrides) -> LLMEngine:
 # ---------------------------------------------------------------- measurements
 
 
-def ours_decode_ms(model: LlamaModel, prompt: list[int], new: int, repeats: int = 3) -> float:
+def default_dtype(device: str) -> str:
+    """bf16 where the hardware has native bf16 (AVX-512 BF16 / AMX on CPU), else fp32."""
+    if torch.device(device).type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return "bf16" if native or "avx512_bf16" in flags or "amx_bf16" in flags else "fp32"
+
+
+def ours_decode_ms(
+    model: LlamaModel, prompt: list[int], new: int, repeats: int = 3, **config
+) -> float:
     """Best TPOT (ms) of single greedy requests on the paged engine, after a warm-up."""
-    engine = make_engine(model, max_num_seqs=1)
+    engine = make_engine(model, max_num_seqs=1, **config)
     engine.generate([prompt[::-1]], greedy(8))  # warm-up (reversed: no prefix hit)
     tpots = []
     for _ in range(repeats):
@@ -170,12 +193,29 @@ def copy_bandwidth_gbps(device: str, megabytes: int = 512, repeats: int = 5) -> 
 
 def section_a(b: Bench) -> str:
     prompt = random_ids(random.Random(1), 32, b.target.config.vocab_size)
-    ours, theirs = ours_decode_ms(b.target, prompt, 128), hf_decode_ms(b.hf, prompt, 128)
+    ours, theirs = [], []
+    for _ in range(3):  # interleaved, so load changes hit both alike
+        ours.append(ours_decode_ms(b.target, prompt, 128, repeats=2))
+        theirs.append(hf_decode_ms(b.hf, prompt, 128, repeats=2))
+    ours, theirs = min(ours), min(theirs)
     rows = [["ours (paged)", ours, 1000 / ours], ["HF generate (KV cache)", theirs, 1000 / theirs]]
+    note = ""
+    if b.compile:
+        engine = make_engine(b.target, max_num_seqs=1, compile=True)
+        started = time.perf_counter()
+        engine.generate([prompt[::-1]], greedy(8))  # compiles (prefill stays eager)
+        compile_s = time.perf_counter() - started
+        compiled = ours_decode_ms(b.target, prompt, 128, repeats=3, compile=True)
+        rows.insert(1, ["ours (paged) + torch.compile", compiled, 1000 / compiled])
+        note = (
+            f" torch.compile: {compile_s:.1f} s to compile (first decode steps), then "
+            f"{compiled / theirs:.2f}x HF."
+        )
     return (
         f"{table(['engine', 'ms/token', 'tok/s'], rows)}\n\nours/HF = **{ours / theirs:.2f}x** "
-        f"the time per token. {b.label}, fp32, 32-token prompt, 128 new tokens, greedy; "
-        "best of 3 runs (ours: TPOT; HF: (t(128) - t(1)) / 127)."
+        f"the time per token (target <= 0.8x). {b.label}, {b.dtype_name}, 32-token prompt, "
+        "128 new tokens, greedy; best of 3x2 runs, ours and HF interleaved (ours: TPOT; HF: "
+        f"(t(128) - t(1)) / 127).{note}"
     )
 
 
@@ -234,7 +274,7 @@ def section_b(b: Bench) -> str:
         f"Cost of a step: ours (decode-only steps) {decode_step_costs(engine)}; HF "
         f"{hf_step_ms:.1f} ms per step of 8 rows (prefill included). "
         f"{n} requests, prompt and output lengths uniform in 16..256 (seed 0, random ids), "
-        f"greedy, ignore_eos; {b.label}, fp32; ours: max_num_seqs=16, "
+        f"greedy, ignore_eos; {b.label}, {b.dtype_name}; ours: max_num_seqs=16, "
         f"max_num_batched_tokens=512, chunked prefill; one run each."
     )
 
@@ -280,7 +320,7 @@ def section_c(b: Bench) -> str:
     head = ["cache", "allocated MiB", "used MiB", "allocated/used"]
     return (
         f"{table(head, rows)}\n\nAt the step of peak used KV bytes in (b)'s workload "
-        f"({len(jobs)} requests, {per_token} B/token in fp32). Target: paged <= 1.04."
+        f"({len(jobs)} requests, {per_token} B/token in {b.dtype_name}). Target: paged <= 1.04."
     )
 
 
@@ -323,7 +363,7 @@ def section_d(b: Bench) -> str:
     return (
         f"{table(head, rows)}\n\nTurn 5 on/off = **{rows[-1][5]:.2f}x** (target <= 0.3x). "
         f"Each turn: the whole conversation + 40 new tokens, a 32-token greedy answer; "
-        f"best of {repeats} conversations, each on a fresh engine; {b.label}, fp32."
+        f"best of {repeats} conversations, each on a fresh engine; {b.label}, {b.dtype_name}."
     )
 
 
@@ -436,7 +476,7 @@ def section_f(b: Bench) -> str:
             ppl = perplexity([window_nll(model, w) for w in windows]) if windows else "n/a"
             rows.append([f"ours {name}", f"{quant_bytes(model) / 1e6:.2f}",
                          ours_decode_ms(model, prompt, new, repeats), ppl])  # fmt: skip
-        hf = b.hf if dtype == torch.float32 else hf_twin(copy.deepcopy(b.target).to(dtype))
+        hf = b.hf if dtype == b.dtype else hf_twin(copy.deepcopy(b.target).to(dtype))
         ppl = perplexity([hf_window_nll(hf, w) for w in windows]) if windows else "n/a"
         rows.append([f"HF {act}", f"{quant_bytes(hf) / 1e6:.2f}",
                      hf_decode_ms(hf, prompt, new, repeats), ppl])  # fmt: skip
@@ -452,27 +492,64 @@ def section_f(b: Bench) -> str:
 # ---------------------------------------------------------------- (g) roofline
 
 
-def section_g(b: Bench) -> str:
-    model = random_model(ROOFLINE_SHAPE, b.device)
+def linear_chain_ms(model: LlamaModel, repeats: int) -> float:
+    """ms of one pass of bare `F.linear` calls, one per linear weight of `model` (bs=1, its
+    dtype): the matmuls a decode step cannot avoid, with no other work; best of N."""
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype, device=w.device)
+              for w in weights}  # fmt: skip
+
+    def chain() -> None:
+        for _ in range(8):
+            for w in weights:
+                F.linear(inputs[w.shape[1]], w)
+
+    with torch.inference_mode():
+        chain()
+        return min(timed(chain, model.device)[0] for _ in range(repeats)) / 8 * 1000
+
+
+def roofline_timings(b: Bench, new: int, rounds: int) -> tuple[int, dict[str, float]]:
+    """(weight bytes, best ms/token per engine) of the roofline model, the three engines
+    measured in turn each round so load changes hit all alike."""
+    model = random_model(ROOFLINE_SHAPE, b.device, b.dtype)
     hf = hf_twin(model)
     prompt = random_ids(random.Random(2), 32, ROOFLINE_SHAPE["vocab_size"])
-    new, repeats = (32, 2) if b.quick else (64, 3)
-    size = weight_bytes(model)
-    timings = [("ours (paged)", ours_decode_ms(model, prompt, new, repeats)),
-               ("HF generate", hf_decode_ms(hf, prompt, new, repeats))]  # fmt: skip
-    del model, hf
+    measures = {
+        "ours (paged)": lambda: ours_decode_ms(model, prompt, new, 1),
+        "bare F.linear chain (same weights)": lambda: linear_chain_ms(model, 2),
+        "HF generate": lambda: hf_decode_ms(hf, prompt, new, 1),
+    }
+    best = dict.fromkeys(measures, math.inf)
+    for _ in range(rounds):
+        for label, measure in measures.items():
+            best[label] = min(best[label], measure())
+    return weight_bytes(model), best
+
+
+def section_g(b: Bench) -> str:
+    new, rounds = (32, 2) if b.quick else (64, 3)
+    size, best = roofline_timings(b, new, rounds)
     bandwidth = copy_bandwidth_gbps(b.device)
     roof = bandwidth * 1e9 / size
-    rows = [[label, ms, 1000 / ms, size / ms / 1e6, roof, 100 * 1000 / ms / roof]
-            for label, ms in timings]  # fmt: skip
-    head = ["engine", "ms/token", "tok/s", "achieved GB/s", "roofline tok/s", "% of roofline"]
+    chain = best["bare F.linear chain (same weights)"]
+    rows = [[label, ms, 1000 / ms, size / ms / 1e6, roof, 100 * 1000 / ms / roof,
+             f"{100 * chain / ms:.0f}%"] for label, ms in best.items()]  # fmt: skip
+    head = ["engine", "ms/token", "tok/s", "achieved GB/s", "roofline tok/s", "% of roofline",
+            "speed vs F.linear chain"]  # fmt: skip
+    ours = best["ours (paged)"]
+    bytes_per = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}[b.dtype]
     return (
-        f"{table(head, rows)}\n\nRandom Llama, {size / 4e6:.0f}M params (hidden 768, 12 layers, "
-        f"12 heads, 4 KV heads, intermediate 2048, vocab 32000, untied), fp32, bs=1: "
-        f"{size / 1e6:.0f} MB of weights, all counted as read per token as gpt-fast does "
-        f"(the {32000 * 768 * 4 / 1e6:.0f} MB embedding table really is not). Copy bandwidth "
-        f"**{bandwidth:.1f} GB/s** (512 MB tensor copy, best of 5, bytes read + written). "
-        f"32-token prompt, {new} new tokens, best of {repeats}."
+        f"{table(head, rows)}\n\nours = **{100 * chain / ours:.0f}%** of the bare F.linear "
+        f"chain's speed (target >= 90%) and **{100 * 1000 / ours / roof:.1f}%** of the "
+        f"copy-bandwidth roofline (target >= 60% in bf16). Random Llama, "
+        f"{size / bytes_per / 1e6:.0f}M params (hidden 768, 12 layers, 12 heads, 4 KV heads, "
+        f"intermediate 2048, vocab 32000, untied), {b.dtype_name}, bs=1: {size / 1e6:.0f} MB "
+        f"of weights, all counted as read per token as gpt-fast does (the "
+        f"{32000 * 768 * bytes_per / 1e6:.0f} MB embedding table really is not; the chain "
+        f"skips it). Copy bandwidth **{bandwidth:.1f} GB/s** (512 MB tensor copy, best of 5, "
+        f"bytes read + written, {torch.get_num_threads()} threads). 32-token prompt, {new} "
+        f"new tokens; best of {rounds} rounds, the three measured in turn."
     )
 
 
@@ -489,15 +566,16 @@ SECTIONS = {
 }
 
 
-def build(quick: bool, device: str) -> Bench:
-    """The bundled target (fp32) and HF's copy of it, or a random model of its shape."""
+def build(quick: bool, device: str, dtype: torch.dtype) -> Bench:
+    """The bundled target and HF's copy of it (both in `dtype`), or a random model of its
+    shape."""
     if (WEIGHTS / "target" / "model.safetensors").exists():
-        target, bundled = bundled_model("target", torch.float32, device), True
+        target, bundled = bundled_model("target", dtype, device), True
     else:
         from lab.engine.training.models import target_config  # the bundled target's shape
 
-        target, bundled = random_model(target_config(3072).to_dict(), device), False
-    return Bench(quick, device, target, hf_twin(target), bundled)
+        target, bundled = random_model(target_config(3072).to_dict(), device, dtype), False
+    return Bench(quick, device, dtype, target, hf_twin(target), bundled)
 
 
 def _newer(a: Path, b: Path) -> bool:
@@ -510,6 +588,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sections", default="".join(SECTIONS), help="e.g. abd")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bf16 if native")
+    parser.add_argument("--compile", action="store_true", help="(a): also torch.compile")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
@@ -518,8 +598,11 @@ def main(argv: list[str] | None = None) -> None:
     hf_logging.set_verbosity_error()
     started = time.perf_counter()
     now = datetime.datetime.now().isoformat(timespec="seconds")
+    dtype = args.dtype or default_dtype(args.device)
     print(f"# python -m bench.engine {' '.join(sys.argv[1:])} ({now})\n\n{machine()}")
-    bench = build(args.quick, args.device)
+    print(f"Device {args.device}, dtype {dtype} (ours and HF), threads {args.threads}.")
+    bench = build(args.quick, args.device, DTYPES[dtype])
+    bench.compile = args.compile
     if bench.bundled and _newer(WEIGHTS / "tokenizer.json", WEIGHTS / "target"):
         print("\nWarning: weights/tokenizer.json is newer than weights/target: a training run "
               "may be rewriting weights/; held-out text may not match these weights.")  # fmt: skip

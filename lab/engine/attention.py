@@ -9,7 +9,6 @@ and attend over each sequence's history there. The model runner builds one backe
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence as Seq
 from typing import Protocol
 
@@ -84,89 +83,141 @@ class DenseAttention:
         return torch.cat(outputs)
 
 
-class _CachedAttention:
-    """Shared step logic: store new K/V at their slots, then per sequence causal SDPA of the
-    new queries over its gathered history. Subclasses say where slots are."""
+def decode_attention(
+    kv_layer: Tensor, q: Tensor, gather: Tensor, key_mask: Tensor | None
+) -> Tensor:
+    """One SDPA call for S sequences with one new token each.
 
-    def __init__(self, kv: Tensor, num_cached_tokens: Seq[int], num_new_tokens: Seq[int]):
+    kv_layer: one layer's pool [2, regions, region_len, kv_heads, dim]; q [S, n_heads, dim];
+    gather [S, L] flat slot of each sequence's key j; key_mask [S, 1, 1, L] (None: all L keys
+    are real). Padding slots are read with weight 0, so the pool must hold finite values
+    (zeros when built, K/V after): NaN x 0 would still be NaN."""
+    kv_heads, dim = kv_layer.shape[-2:]
+    flat = kv_layer.view(2, -1, kv_heads, dim)
+    keys = flat[0].index_select(0, gather.flatten()).view(*gather.shape, kv_heads, dim)
+    values = flat[1].index_select(0, gather.flatten()).view(*gather.shape, kv_heads, dim)
+    out = F.scaled_dot_product_attention(
+        q.unsqueeze(2),
+        keys.to(q.dtype).transpose(1, 2),
+        values.to(q.dtype).transpose(1, 2),
+        attn_mask=key_mask,
+        enable_gqa=True,
+    )
+    return out.squeeze(2)  # [S, n_heads, dim]
+
+
+class _CachedAttention:
+    """Shared step logic over a pool whose slot of (sequence i, position p) is
+    table[i, p // region_len] * region_len + p % region_len (paged: the block table;
+    contiguous: one region per sequence). Every index of the step (where the new K/V go,
+    which slots each sequence reads) is built once here with tensor ops, not per layer.
+
+    `num_padding` extra rows (batch-size bucketing) may follow the real tokens: they are
+    never stored and attend to one pool slot only; their outputs are to be ignored."""
+
+    def __init__(
+        self,
+        kv: Tensor,
+        table: Tensor,
+        num_cached_tokens: Seq[int],
+        num_new_tokens: Seq[int],
+        num_padding: int = 0,
+    ):
         self.kv = kv  # [layers, 2, regions, region_len, kv_heads, dim]
         self.num_cached = list(num_cached_tokens)
         self.num_new = list(num_new_tokens)
+        self.num_padding = num_padding
         self.region_len = kv.shape[3]
-        # One mask per sequence per step, shared by all layers.
-        pairs = list(zip(self.num_cached, self.num_new, strict=True))
-        self.masks = [causal_mask(cached, new, kv.device) for cached, new in pairs]
-        self._decode: tuple | None = None  # the batched-decode plan, built on first use
+        self.table = table  # [S, W] region indices, CPU
+        device = kv.device
+        cached = torch.tensor(self.num_cached, dtype=torch.long)
+        new = torch.tensor(self.num_new, dtype=torch.long)
+        self.slots = self._slots_of_new_tokens(cached, new).to(device)
+        idx = [i for i, n in enumerate(self.num_new) if n == 1]
+        self._decode_idx = idx
+        self._decode = self._plan_decode(cached, idx, device)
+        starts = [0, *itertools.accumulate(self.num_new)]
+        self._prefills = [
+            (
+                starts[i],
+                starts[i] + n,
+                self._history_slots(i, c + n).to(device),
+                causal_mask(c, n, device),
+            )
+            for i, (c, n) in enumerate(zip(self.num_cached, self.num_new, strict=True))
+            if n != 1
+        ]
+
+    def _flat_slot(self, seq: Tensor, pos: Tensor) -> Tensor:
+        r = self.region_len
+        return self.table[seq, pos // r] * r + pos % r
+
+    def _slots_of_new_tokens(self, cached: Tensor, new: Tensor) -> Tensor:
+        """Flat slot index of every new token [T], sequence after sequence."""
+        seq = torch.repeat_interleave(torch.arange(len(self.num_new)), new)
+        starts = torch.cumsum(new, 0) - new
+        pos = cached[seq] + torch.arange(len(seq)) - starts[seq]
+        return self._flat_slot(seq, pos)
+
+    def _history_slots(self, seq: int, total: int) -> Tensor:
+        pos = torch.arange(total)
+        return self._flat_slot(torch.full_like(pos, seq), pos)
+
+    def _plan_decode(self, cached: Tensor, idx: list[int], device: torch.device) -> tuple:
+        """(rows in q, gather [S, L], key mask [S, 1, 1, L] or None) of the decode rows
+        (padding rows included), or None when there are none."""
+        if not idx and not self.num_padding:
+            return None
+        seqs = torch.tensor(idx, dtype=torch.long)
+        totals = cached[seqs] + 1
+        length = int(totals.max()) if idx else 1
+        pos = torch.arange(length)
+        gather = self._flat_slot(seqs[:, None], pos[None, :])
+        starts = torch.cumsum(torch.tensor([0, *self.num_new]), 0)
+        rows = starts[seqs]
+        if self.num_padding:  # padding rows read slot 0 of region 0 only
+            gather = torch.cat((gather, torch.zeros(self.num_padding, length, dtype=torch.long)))
+            totals = torch.cat((totals, torch.ones(self.num_padding, dtype=torch.long)))
+            rows = torch.cat((rows, starts[-1] + torch.arange(self.num_padding)))
+        mask = None
+        if bool((totals != length).any()):
+            mask = (pos[None, :] < totals[:, None])[:, None, None, :].to(device)
+        all_rows = len(rows) == int(starts[-1]) + self.num_padding
+        return (None if all_rows else rows.to(device), gather.to(device), mask)
 
     def _decode_plan(self) -> tuple:
-        """Sequences with one new token (decode) are attended in one padded SDPA call:
-        (seq indices, their rows in q, key mask [S, 1, 1, L], L). Empty below 2 such."""
-        if self._decode is None:
-            idx = [i for i, n in enumerate(self.num_new) if n == 1]
-            if len(idx) < 2:
-                self._decode = ([], None, None, 0)
-            else:
-                starts = [0, *itertools.accumulate(self.num_new)]
-                totals = torch.tensor([self.num_cached[i] + 1 for i in idx])
-                length = int(totals.max())
-                mask = torch.arange(length)[None, :] < totals[:, None]
-                device = self.kv.device
-                rows = torch.tensor([starts[i] for i in idx], device=device)
-                self._decode = (idx, rows, mask[:, None, None, :].to(device), length)
-        return self._decode
-
-    def _padded_history(self, cache: Tensor, seqs: list[int], length: int) -> Tensor:
-        """[S, length, kv_heads, dim] keys or values of `seqs`, padded past each one's end."""
-        raise NotImplementedError
-
-    def _slot_mapping(self, regions_per_seq: list[Tensor]) -> Tensor:
-        """Flat slot index (region * region_len + offset) of every new token, on kv.device."""
-        slots = []
-        for regions, cached, new in zip(
-            regions_per_seq, self.num_cached, self.num_new, strict=True
-        ):
-            pos = torch.arange(cached, cached + new)
-            slots.append(regions[pos // self.region_len] * self.region_len + pos % self.region_len)
-        flat = torch.cat(slots) if slots else torch.empty(0, dtype=torch.long)
-        return flat.to(self.kv.device)
-
-    def _history(self, cache: Tensor, seq: int, total: int) -> Tensor:
-        """[total, kv_heads, dim] keys or values of sequence `seq` (cache: one layer's K/V)."""
-        raise NotImplementedError
+        """(decode sequence indices, ...): kept for tests and introspection."""
+        return (self._decode_idx, *(self._decode or ()))
 
     def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Store k/v of the T new tokens, return attention [T, n_heads, dim] (contract)."""
-        if q.shape[0] != sum(self.num_new):
-            raise ValueError(f"q has {q.shape[0]} tokens; the step has {sum(self.num_new)}.")
-        k_cache, v_cache = self.kv[layer, 0], self.kv[layer, 1]
-        kv_heads, dim = k_cache.shape[-2:]
-        k_cache.view(-1, kv_heads, dim).index_copy_(0, self.slots, k.to(k_cache.dtype))
-        v_cache.view(-1, kv_heads, dim).index_copy_(0, self.slots, v.to(v_cache.dtype))
-        out = torch.empty_like(q)
-        batched, rows, key_mask, length = self._decode_plan()
-        if batched:  # all decode sequences in one call: no per-sequence Python loop
-            # Padding slots are read with attention weight 0, so the pool must hold finite
-            # values (zeros when built, KV after): NaN x 0 would still be NaN. Zeroing the
-            # padding instead cost more than the per-sequence loop this replaces (CPU).
-            keys = self._padded_history(k_cache, batched, length).to(q.dtype).transpose(1, 2)
-            values = self._padded_history(v_cache, batched, length).to(q.dtype).transpose(1, 2)
-            queries = q.index_select(0, rows).unsqueeze(2)  # [S, n_heads, 1, dim]
-            attended = F.scaled_dot_product_attention(
-                queries, keys, values, attn_mask=key_mask, enable_gqa=True
+        real = len(self.slots)
+        if q.shape[0] != real + self.num_padding:
+            raise ValueError(f"q has {q.shape[0]} tokens; the step has {real}.")
+        kv_layer = self.kv[layer]
+        kv_heads, dim = kv_layer.shape[-2:]
+        k_flat, v_flat = kv_layer[0].view(-1, kv_heads, dim), kv_layer[1].view(-1, kv_heads, dim)
+        k_flat.index_copy_(0, self.slots, k[:real].to(k_flat.dtype))
+        v_flat.index_copy_(0, self.slots, v[:real].to(v_flat.dtype))
+        if self._decode is not None:
+            rows, gather, mask = self._decode
+            if rows is None and not self._prefills:  # decode-only step: no scatter back
+                return decode_attention(kv_layer, q, gather, mask)
+            out = torch.empty_like(q)
+            out.index_copy_(
+                0, rows, decode_attention(kv_layer, q.index_select(0, rows), gather, mask)
             )
-            out.index_copy_(0, rows, attended.squeeze(2))
-        done = set(batched)
-        start = 0
-        for i, (cached, new) in enumerate(zip(self.num_cached, self.num_new, strict=True)):
-            if i in done:
-                start += new
-                continue
-            keys = self._history(k_cache, i, cached + new).to(q.dtype)
-            values = self._history(v_cache, i, cached + new).to(q.dtype)
-            mask = self.masks[i]  # built once per step, not once per layer
-            out[start : start + new] = causal_attention(q[start : start + new], keys, values, mask)
-            start += new
+        else:
+            out = torch.empty_like(q)
+        for start, end, history, mask in self._prefills:
+            keys = k_flat.index_select(0, history).to(q.dtype)
+            values = v_flat.index_select(0, history).to(q.dtype)
+            out[start:end] = causal_attention(q[start:end], keys, values, mask)
         return out
+
+
+def _pool_tensor(pool: KVPool | Tensor) -> Tensor:
+    return pool.kv if isinstance(pool, KVPool) else pool
 
 
 class PagedAttention(_CachedAttention):
@@ -180,32 +231,20 @@ class PagedAttention(_CachedAttention):
         num_cached_tokens: Seq[int],
         num_new_tokens: Seq[int],
         block_size: int,
+        num_padding: int = 0,
     ):
-        super().__init__(
-            pool.kv if isinstance(pool, KVPool) else pool, num_cached_tokens, num_new_tokens
-        )
-        if block_size != self.region_len:
-            raise ValueError(f"block_size {block_size} != pool block size {self.region_len}.")
-        tables = [torch.tensor(list(t), dtype=torch.long) for t in block_tables]
-        for table, cached, new in zip(tables, self.num_cached, self.num_new, strict=True):
+        kv = _pool_tensor(pool)
+        if block_size != kv.shape[3]:
+            raise ValueError(f"block_size {block_size} != pool block size {kv.shape[3]}.")
+        tables = [list(t) for t in block_tables]
+        for table, cached, new in zip(tables, num_cached_tokens, num_new_tokens, strict=True):
             if cached + new > len(table) * block_size:
                 raise ValueError("A block table is too short for its tokens: append_slot first.")
-        self.slots = self._slot_mapping(tables)
-        self.tables = [t.to(self.kv.device) for t in tables]
-
-    def _history(self, cache: Tensor, seq: int, total: int) -> Tensor:
-        num_blocks = math.ceil(total / self.region_len)
-        blocks = cache.index_select(0, self.tables[seq][:num_blocks])
-        return blocks.flatten(0, 1)[:total]
-
-    def _padded_history(self, cache: Tensor, seqs: list[int], length: int) -> Tensor:
-        num_blocks = math.ceil(length / self.region_len)
-        table = torch.zeros(len(seqs), num_blocks, dtype=torch.long)  # pad: block 0, masked
-        for row, seq in enumerate(seqs):
-            blocks = self.tables[seq][:num_blocks].cpu()
-            table[row, : len(blocks)] = blocks
-        gathered = cache.index_select(0, table.flatten().to(cache.device))
-        return gathered.view(len(seqs), num_blocks * self.region_len, *cache.shape[2:])[:, :length]
+        width = max((len(t) for t in tables), default=0) or 1
+        padded = torch.tensor(
+            [t + [0] * (width - len(t)) for t in tables] or [[0]], dtype=torch.long
+        )
+        super().__init__(kv, padded, num_cached_tokens, num_new_tokens, num_padding)
 
 
 class ContiguousAttention(_CachedAttention):
@@ -217,17 +256,11 @@ class ContiguousAttention(_CachedAttention):
         slots: Seq[int],
         num_cached_tokens: Seq[int],
         num_new_tokens: Seq[int],
+        num_padding: int = 0,
     ):
-        kv = pool_tensor.kv if isinstance(pool_tensor, KVPool) else pool_tensor
-        super().__init__(kv, num_cached_tokens, num_new_tokens)
-        if any(c + n > self.region_len for c, n in zip(self.num_cached, self.num_new, strict=True)):
-            raise ValueError(f"A sequence exceeds max_model_len ({self.region_len}).")
+        kv = _pool_tensor(pool_tensor)
+        if any(c + n > kv.shape[3] for c, n in zip(num_cached_tokens, num_new_tokens, strict=True)):
+            raise ValueError(f"A sequence exceeds max_model_len ({kv.shape[3]}).")
         self.regions = list(slots)
-        self.slots = self._slot_mapping([torch.tensor([r]) for r in self.regions])
-
-    def _history(self, cache: Tensor, seq: int, total: int) -> Tensor:
-        return cache[self.regions[seq], :total]
-
-    def _padded_history(self, cache: Tensor, seqs: list[int], length: int) -> Tensor:
-        regions = torch.tensor([self.regions[s] for s in seqs], device=cache.device)
-        return cache.index_select(0, regions)[:, :length]
+        table = torch.tensor([[r] for r in self.regions] or [[0]], dtype=torch.long)
+        super().__init__(kv, table, num_cached_tokens, num_new_tokens, num_padding)

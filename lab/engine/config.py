@@ -254,12 +254,25 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     static_batch_size: int = 8
+    # Speed knobs, off by default (labs and tests run eager): pad decode batches up to the
+    # next bucket size so shapes repeat; torch.compile the model for decode steps; capture
+    # decode steps as CUDA graphs (CUDA only; implies bucketing).
+    bucket_batches: bool = False
+    compile: bool = False
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}.")
         if self.scheduling not in ("continuous", "static"):
             raise ValueError(f"scheduling must be continuous or static, not {self.scheduling!r}.")
+
+    @property
+    def batch_buckets(self) -> tuple[int, ...]:
+        """Decode batch sizes that are padded to: 1, 2, 4, 8, then multiples of 8 up to
+        max_num_seqs (which is always the last)."""
+        small = [b for b in (1, 2, 4) if b < self.max_num_seqs]
+        return (*small, *range(8, self.max_num_seqs, 8), self.max_num_seqs)
 
     @property
     def num_kv_blocks(self) -> int:

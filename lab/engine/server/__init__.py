@@ -3,7 +3,8 @@
 
 Routes: `POST /v1/completions`, `POST /v1/chat/completions` (stream true or false; SSE
 chunks ending with `data: [DONE]`; `usage` with prompt and completion tokens), `GET
-/v1/models`, `GET /health`, `GET /metrics` (Prometheus text: counters and gauges).
+/v1/models` and `/v1/models/{id}`, `GET /health`, `GET /metrics` (Prometheus text: counters
+and gauges). What is refused, with which OpenAI error code: docs/ENGINE.md.
 
 How a request flows (the hops a client can draw as a waterfall; each response carries them
 in a `Server-Timing` header and, for streams, in the final chunk's `server_timing`):

@@ -30,6 +30,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
     p.add_argument("--block-size", type=int, default=16)
+    p.add_argument(
+        "--num-blocks",
+        type=int,
+        default=None,
+        help="KV blocks in the paged pool (default: max-num-seqs full-length sequences)",
+    )
     p.add_argument("--mode", choices=["paged", "contiguous", "none"], default="paged")
     p.add_argument(
         "--no-abort-on-disconnect",
@@ -43,6 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "port"):
         if getattr(args, name) < (0 if name == "port" else 1):
             p.error(f"--{name.replace('_', '-')} must be positive")
+    if args.num_blocks is not None and args.num_blocks < 1:
+        p.error("--num-blocks must be positive")
     if args.max_queue < 0:
         p.error("--max-queue must be >= 0")
     if not (args.model / "config.json").exists():
@@ -63,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         max_queue=args.max_queue,
         max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size,
+        num_blocks=args.num_blocks,
         mode=args.mode,
         abort_on_disconnect=not args.no_abort_on_disconnect,
         served_model_name=args.served_model_name,

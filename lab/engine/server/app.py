@@ -1,5 +1,6 @@
-"""The routes: `POST /v1/completions` and `/v1/chat/completions`, `GET /v1/models`,
-`/health` and `/metrics`, and the handlers that turn every error into OpenAI-shaped JSON.
+"""The routes: `POST /v1/completions` and `/v1/chat/completions`, `GET /v1/models` and
+`/v1/models/{id}`, `/health` and `/metrics`, and the handlers that turn every error into
+OpenAI-shaped JSON.
 `build_app(served)` puts them in one Starlette app; handlers find `served` on `app.state`."""
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from lab.engine.server.limits import check_prompt_size, prompt_char_limit, sampling_params
-from lab.engine.server.protocol import APIError, ChatRequest, CompletionRequest, parse_request
+from lab.engine.server.protocol import (
+    APIError,
+    ChatRequest,
+    CompletionRequest,
+    model_not_found,
+    parse_request,
+)
 from lab.engine.server.responses import Run, respond
 from lab.engine.server.served import Served
 
@@ -36,10 +43,7 @@ async def generate(request: Request, chat: bool) -> Response:
     engine = served.worker.engine
     schema = ChatRequest if chat else CompletionRequest
     req = await parse_request(request, schema, model_name=served.model_name, api_key=served.api_key)
-    try:
-        prompt = req.prompt_text() if chat else req.prompt
-    except ValueError as exc:
-        raise APIError(400, f"messages: {exc}", param="messages") from None
+    prompt = req.prompt_text() if chat else req.prompt
     char_limit, chars_per_token = request.app.state.prompt_char_limit
     limit = engine.config.max_model_len
     check_prompt_size(
@@ -61,16 +65,27 @@ async def chat_completions(request: Request) -> Response:
     return await generate(request, chat=True)
 
 
-async def models(request: Request) -> Response:
-    served: Served = request.app.state.served
-    card = {
+def model_card(served: Served) -> dict:
+    return {
         "id": served.model_name,
         "object": "model",
         "created": served.created,
         "owned_by": "inference-trainer",
         "max_model_len": served.worker.engine.config.max_model_len,
     }
-    return JSONResponse({"object": "list", "data": [card]})
+
+
+async def models(request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [model_card(request.app.state.served)]})
+
+
+async def model(request: Request) -> Response:
+    """One model's card (`client.models.retrieve`); 404 `model_not_found` for another id."""
+    served: Served = request.app.state.served
+    asked = request.path_params["model"]
+    if asked != served.model_name:
+        raise model_not_found(asked, served.model_name)
+    return JSONResponse(model_card(served))
 
 
 async def health(request: Request) -> Response:
@@ -105,7 +120,9 @@ async def http_error(request: Request, exc: HTTPException) -> Response:
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
-    return APIError(500, f"Internal error: {type(exc).__name__}.", type_="server_error").response()
+    return APIError(
+        500, f"Internal error: {type(exc).__name__}.", type_="server_error", code="internal_error"
+    ).response()
 
 
 def build_app(served: Served) -> Starlette:
@@ -114,6 +131,7 @@ def build_app(served: Served) -> Starlette:
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", model, methods=["GET"]),  # ids may hold a "/"
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]

@@ -59,13 +59,22 @@ def check_prompt_size(
         )
 
 
+def _max_tokens(req: GenerationRequest) -> tuple[int | None, str]:
+    """The completion's token cap the client sent, and the field it came in."""
+    if getattr(req, "max_completion_tokens", None) is not None:
+        return req.max_completion_tokens, "max_completion_tokens"
+    return req.max_tokens, "max_tokens"
+
+
 def sampling_params(req: GenerationRequest, prompt_len: int, *, max_model_len: int) -> Any:
     """The engine's SamplingParams for a request whose prompt has `prompt_len` tokens;
-    APIError 400 when the prompt and `max_tokens` do not fit the context."""
+    APIError 400 when the prompt and `max_tokens` do not fit the context (OpenAI's codes:
+    `invalid_value` for a max_tokens no prompt leaves room for, `context_length_exceeded`
+    for a prompt, or prompt + max_tokens, past the context)."""
     from lab.engine.sampler import SamplingParams
 
     limit = max_model_len
-    max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens
+    max_tokens, field = _max_tokens(req)
     if prompt_len >= limit:  # no room for even one token (the default would be <= 0)
         raise APIError(
             400,
@@ -73,6 +82,16 @@ def sampling_params(req: GenerationRequest, prompt_len: int, *, max_model_len: i
             f"is {prompt_len} tokens, which leaves no room for a completion. Please reduce "
             "the prompt.",
             param=_param(req),
+            code="context_length_exceeded",
+        )
+    if max_tokens is not None and max_tokens >= limit:
+        raise APIError(
+            400,
+            f"{field} is too large: {max_tokens}. This model's maximum context length is "
+            f"{limit} tokens, which must hold the prompt too, so {field} can be at most "
+            f"{limit - 1} (here {limit - prompt_len}, for a {prompt_len}-token prompt).",
+            param=field,
+            code="invalid_value",
         )
     if max_tokens is None:
         max_tokens = (
@@ -85,8 +104,9 @@ def sampling_params(req: GenerationRequest, prompt_len: int, *, max_model_len: i
             400,
             f"This model's maximum context length is {limit} tokens. However, you requested "
             f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} in "
-            f"the completion). Please reduce the prompt or max_tokens.",
-            param="max_tokens",
+            f"the completion). Please reduce the prompt or {field}.",
+            param=field,
+            code="context_length_exceeded",
         )
     return SamplingParams(
         temperature=req.temperature,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -19,6 +20,8 @@ from lab.engine.server.served import Served
 from lab.engine.server.text import Detokenizer, StopChecker
 from lab.engine.server.timing import hop_times_ms, server_timing
 from lab.engine.server.worker import Handle
+
+log = logging.getLogger(__name__)
 
 
 async def respond(run: Run, receive) -> Response:
@@ -78,13 +81,25 @@ class Run:
             tokens = [e[1] for e in items if e[0] == "token"]
             final = next((e for e in items if e[0] != "token"), None)
             if final and final[0] == "error":
-                raise APIError(400, final[1])
+                raise self._refused(final[1])
             if final and final[1] == "error":
-                raise APIError(500, f"Engine error: {final[2]['error']}", type_="server_error")
+                raise APIError(
+                    500,
+                    f"Engine error: {final[2]['error']}",
+                    type_="server_error",
+                    code="engine_error",
+                )
             self.completion_tokens += len(tokens)
             yield tokens, final
             if final:
                 return
+
+    def _refused(self, message: str) -> APIError:
+        """The engine's own refusal (add_request's ValueError). The handler checks the same
+        limits first, so this is a backstop: an empty prompt or one past the context."""
+        param = "messages" if self.chat else "prompt"
+        code = "context_length_exceeded" if self.handle.tokens else "invalid_value"
+        return APIError(400, message, param=param, code=code)
 
     def _text(self, tokens: list[int], final: bool) -> str:
         text = self.stops.feed(self.detok.add(tokens) if tokens else "", final=final)
@@ -235,11 +250,14 @@ class SSEResponse(Response):
                     except OSError:  # the write failed: the client is gone
                         self.on_disconnect()
                     except APIError as exc:  # after the headers: report in-band and end
-                        body = json.dumps({"error": {"message": exc.message, "type": exc.type}})
-                        with contextlib.suppress(OSError):
-                            await send(
-                                {"type": "http.response.body", "body": f"data: {body}\n\n".encode()}
-                            )
+                        await self._send_error(send, exc)
+                    except Exception as exc:  # a bug: still tell the client, in-band
+                        log.exception("A stream failed after its headers were sent.")
+                        name = type(exc).__name__
+                        error = APIError(
+                            500, f"Internal error: {name}.", "server_error", code="internal_error"
+                        )
+                        await self._send_error(send, error)
                     tg.cancel_scope.cancel()
 
                 async def listen() -> None:
@@ -252,3 +270,12 @@ class SSEResponse(Response):
                 tg.start_soon(listen)
         finally:
             self.finally_()
+
+    @staticmethod
+    async def _send_error(send, exc: APIError) -> None:
+        """An OpenAI error event (`data: {"error": {message, type, param, code}}`), which the
+        openai client raises as `openai.APIError`; the stream then ends without [DONE]."""
+        event = f"data: {json.dumps(exc.body())}\n\n".encode()
+        with contextlib.suppress(OSError):
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})

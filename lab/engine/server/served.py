@@ -29,6 +29,7 @@ def make_served(
     max_queue: int = 64,
     max_num_batched_tokens: int = 512,
     block_size: int = 16,
+    num_blocks: int | None = None,
     mode: str = "paged",
     abort_on_disconnect: bool = True,
     served_model_name: str | None = None,
@@ -43,6 +44,7 @@ def make_served(
     config = EngineConfig(
         mode=mode,
         block_size=block_size,
+        num_blocks=num_blocks,
         max_model_len=shape.max_position_embeddings,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
