@@ -184,6 +184,10 @@ class AttentionMemory(Lab):
         peak_bytes(partial(naive_attention, *warm), device)
         peak_bytes(partial(tiled_attention, *warm, p["block"]), device)
         predicted = {(pt.series, pt.x): pt.y for pt in self.predict(p)}
+        ctx.summary["warmup"] = (
+            "discarded: one call of each kernel at N=64 first; a point is the allocator's peak "
+            "bytes, a count that does not vary with load, so it is measured once (its time, "
+            "in the points table, is not predicted)")  # fmt: skip
         worst = {"naive": 0.0, "tiled": 0.0, "diff": 0.0}
         measured_bytes: dict[str, int] = {}
         for n in doubling(p["min_seq_len"], p["max_seq_len"]):

@@ -68,16 +68,23 @@ class DeviceConstants:
     measured_at: float  # epoch seconds
     load_avg: float  # 1-minute load average when measured
 
-    def describe(self, now: float | None = None) -> str:
-        """One line for a chart: which constants a prediction used, and how old they are."""
+    def describe(self, now: float | None = None,
+                 uses: tuple[str, ...] = ("bandwidth", "flop")) -> str:  # fmt: skip
+        """One line for a chart: which constants a prediction used (`uses`: bandwidth, flop,
+        dispatch), the others marked as measured but unused, and how old they are."""
         age_min = max(0.0, ((now or time.time()) - self.measured_at) / 60)
-        return (
-            f"{self.dtype} on {self.device}, torch {self.torch_version}: read "
-            f"{self.bandwidth_bytes_s / 1e9:.1f} GB/s ({self.buffer_bytes / 2**20:.0f} MiB "
-            f"buffer), matmul {self.flop_s / 1e9:.1f} GFLOP/s (n={self.gemm_size}), "
-            f"{self.dispatch_s * 1e6:.1f} µs per kernel; measured {age_min:.0f} min ago "
-            f"at load {self.load_avg:.2f}"
-        )
+        parts = {
+            "bandwidth": f"read {self.bandwidth_bytes_s / 1e9:.1f} GB/s "
+                         f"({self.buffer_bytes / 2**20:.0f} MiB buffer)",
+            "flop": f"matmul {self.flop_s / 1e9:.1f} GFLOP/s (n={self.gemm_size})",
+            "dispatch": f"{self.dispatch_s * 1e6:.1f} µs per kernel",
+        }  # fmt: skip
+        used = [text for name, text in parts.items() if name in uses]
+        unused = [text for name, text in parts.items() if name not in uses]
+        line = f"{self.dtype} on {self.device}, torch {self.torch_version}: {', '.join(used)}"
+        if unused:
+            line += f" (measured, not used by this prediction: {', '.join(unused)})"
+        return f"{line}; measured {age_min:.0f} min ago at load {self.load_avg:.2f}"
 
 
 def check_value(name: str, value: float, device_type: str = "cpu", what: str = "") -> float:

@@ -140,6 +140,10 @@ class TwoPhase(Lab):
         constants = constants_for(ctx.device, dtype, weight_bytes, path=ctx.calibration_path)
         flop_s, bandwidth = constants.flop_s, constants.bandwidth_bytes_s
         ctx.summary["constants"] = constants.describe()
+        ctx.summary["warmup"] = (
+            "discarded, not plotted: one prefill per prompt length and the first decode step "
+            f"of each batch; each point is the median of {p['repeats']} timings, min … max "
+            "drawn")  # fmt: skip
         ctx.check_cancel()
         context = DECODE_PROMPT_TOKENS + 1  # the middle decode step's attended keys, about
 

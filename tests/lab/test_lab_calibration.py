@@ -107,6 +107,10 @@ def test_measure_on_this_cpu_is_physical_and_says_what_it_used():
     assert c.bandwidth_median_bytes_s <= c.bandwidth_bytes_s  # best is the ceiling
     line = c.describe(now=c.measured_at)
     assert "GB/s (4 MiB buffer)" in line and "GFLOP/s" in line and "0 min ago" in line
+    # what a prediction does not use is marked as such, never shown as if it were used
+    assert "not used by this prediction: " in line and "per kernel" in line.split("not used")[1]
+    only_bw = c.describe(now=c.measured_at, uses=("bandwidth",))
+    assert "GFLOP/s" in only_bw.split("not used")[1] and "GB/s" in only_bw.split("not used")[0]
 
 
 def test_constants_measured_under_contention_expire_in_minutes(tmp_path, monkeypatch):
