@@ -22,6 +22,7 @@ from lab.labs.base import LabCancelled, Point, RunContext
 from lab.labs.verdicts import judge_run
 from lab.models import LabPoint, LabRun
 from lab.services import ACTIVE, NOT_RERUN, point_payload, status_payload
+from lab.summary_format import live_summary
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
         calibration_path=calibration_path(),
     )
     seq, status, error = 0, LabRun.Status.DONE, ""
+    shown: dict[str, Any] = {}
     points: list[Point] = []
     started = time.perf_counter()
     try:
@@ -146,6 +148,7 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
                 extra=point.extra,
             )
             broker.publish(run_id, "point", point_payload(saved))
+            shown = _publish_live(run_id, ctx.summary, shown)
             points.append(point)
             seq += 1
             liveness.beat()
@@ -166,6 +169,18 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
         summary["verdicts"] = [v.as_dict() for v in judge_run(get_lab(run.lab), points,
                                                               conditions)]  # fmt: skip
     return _finish(run_id, status, error, summary, conditions)
+
+
+def _publish_live(run_id: int, summary: dict[str, Any], shown: dict[str, Any]) -> dict[str, Any]:
+    """Save and send the constants, calibration and warm-up lines (summary_format.LIVE_KEYS)
+    once a lab has set or changed them, so the run page says what the prediction uses while
+    the run runs. Returns what is shown now."""
+    live = live_summary(summary)
+    if live == shown:
+        return shown
+    if LabRun.objects.filter(pk=run_id, status=LabRun.Status.RUNNING).update(summary=live):
+        broker.publish(run_id, "status", status_payload(LabRun.objects.get(pk=run_id)))
+    return live
 
 
 def _finish(

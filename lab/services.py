@@ -22,7 +22,7 @@ from lab import broker
 from lab.conditions import describe as describe_conditions
 from lab.labs import get_lab
 from lab.models import LabPoint, LabRun
-from lab.summary_format import summary_rows
+from lab.summary_format import constants_line, summary_rows
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ def status_payload(run: LabRun) -> dict[str, Any]:
         "error": run.error,
         "summary": run.summary,
         "summary_rows": summary_rows(run.summary),
+        "constants": constants_line(run.summary),
         "verdicts": (run.summary or {}).get("verdicts", []),
         "cancel_requested": run.cancel_requested,
         "conditions": describe_conditions(run.conditions),

@@ -64,3 +64,19 @@ def summary_rows(summary: dict[str, Any] | None) -> list[list[str]]:
             text = str(value)
         rows.append([label, text])
     return rows
+
+
+# What a run measured before its first point (device constants, a lab's own calibration,
+# the warm-up it discarded): sent while the run runs, not only at its end.
+LIVE_KEYS = ("constants", "calibration", "warmup")
+
+
+def live_summary(summary: dict[str, Any] | None) -> dict[str, Any]:
+    """The LIVE_KEYS a running lab has filled in so far."""
+    return {k: summary[k] for k in LIVE_KEYS if summary and k in summary}
+
+
+def constants_line(summary: dict[str, Any] | None) -> str:
+    """One line under the chart: the constants the prediction used ("" before they exist)."""
+    parts = [str(summary[k]) for k in ("constants", "calibration") if summary and summary.get(k)]
+    return " · ".join(parts)

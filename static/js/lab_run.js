@@ -155,8 +155,15 @@ document.addEventListener("DOMContentLoaded", () => {
     // A cancel asked for and not yet honoured stays visible, across reloads too.
     if (s.status === "running" && s.cancel_requested) el.textContent = "Cancelling…";
     document.getElementById("cancel-run").hidden = done;
-    // Formatted by the server (lab/summary_format.py): the same text as after a reload.
-    if (done && s.summary_rows && s.summary_rows.length) {
+    // The constants the prediction uses, as soon as the worker measured them.
+    if (s.constants) {
+      const line = document.getElementById("run-constants");
+      line.querySelector("span").textContent = s.constants;
+      line.hidden = false;
+    }
+    // Formatted by the server (lab/summary_format.py): the same text as after a reload;
+    // while running it holds what was measured before the points (constants, warm-up).
+    if (s.summary_rows && s.summary_rows.length) {
       document.querySelector("#summary-table tbody").replaceChildren(
         ...s.summary_rows.map(([k, v]) => row([k, v], true)));
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.summary_format import number, summary_rows, unit_for
+from lab.summary_format import constants_line, live_summary, number, summary_rows, unit_for
 
 
 def test_units_come_from_the_key_suffix():
@@ -29,3 +29,12 @@ def test_rows_skip_verdicts_and_keep_text():
                          "speedup_ratio": 2.0})  # fmt: skip
     assert rows == [["weight mb", "17.3 MB"], ["constants", "read 27.9 GB/s"],
                     ["speedup ratio", "2×"]]  # fmt: skip
+
+
+def test_the_constants_line_joins_what_the_prediction_used():
+    assert constants_line(None) == "" and constants_line({"ratio": 1.0}) == ""
+    summary = {"constants": "fp32 on CPU: read 30 GB/s", "calibration": "fitted 50 GFLOP/s",
+               "warmup": "discarded", "ratio": 2.0}  # fmt: skip
+    assert constants_line(summary) == "fp32 on CPU: read 30 GB/s · fitted 50 GFLOP/s"
+    assert live_summary(summary) == {k: summary[k] for k in ("constants", "calibration",
+                                                             "warmup")}  # fmt: skip
