@@ -135,6 +135,21 @@ def repeat(fn: Callable[[], object], device: str, repeats: int = REPEATS,
     return [timed(fn, device)[0] for _ in range(repeats)]
 
 
+def round_robin(fns: list[Callable[[], object]], device: str, repeats: int = REPEATS,
+                warmup: int = WARMUP) -> list[list[float]]:  # fmt: skip
+    """Seconds of `repeats` calls of each of `fns`, taken in turns (fn 1, fn 2, …, fn 1, …)
+    after `warmup` discarded rounds, so a burst of load from another process lands on every
+    fn alike instead of bending a fit through one of them."""
+    for _ in range(warmup):
+        for fn in fns:
+            timed(fn, device)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            times[i].append(timed(fn, device)[0])
+    return times
+
+
 def _measure_bandwidth(num_bytes: int, device: str) -> tuple[float, float]:
     buf = torch.ones(max(num_bytes // 4, 1), dtype=torch.float32, device=device)
     times = repeat(buf.sum, device)

@@ -8,8 +8,11 @@ flat; the uncached one grows with the sequence, so its total time grows quadrati
 Predicted: FLOPs per step (formulas.DECODE_STEP_FLOPS) x seconds per FLOP + a fixed per-step
 overhead. Seconds per FLOP is calibrated before the run, as the slope of this model's own
 no-cache forward timed at 1/8 of and at the final sequence length (so it includes what
-FLOPs miss: softmax, masking, a CPU attention kernel that computes the masked half too);
-each mode's overhead is its first measured point less its FLOP time.
+FLOPs miss: softmax, masking, a CPU attention kernel that computes the masked half too),
+the lengths timed in turns. The cached step also pays per context token beyond its FLOPs
+(reading each earlier token's paged K/V and its bookkeeping): that cost is the slope over
+context of paged decode steps timed at the same lengths, less their FLOP time. Each mode's
+overhead is its first measured point less its modelled time.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from lab.engine.engine import LLMEngine
 from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
-from lab.labs.calibration import fitted_rate, repeat
+from lab.labs.calibration import fitted_rate, round_robin
 from lab.labs.common import bundled_shape, random_model, torch_dtype
 from lab.labs.formulas import decode_step_flops
 
@@ -62,11 +65,12 @@ def calibration_lengths(final: int) -> list[int]:
 
 def seconds_per_flop(model: LlamaModel, device: str, lengths: list[int]) -> tuple[float, dict]:
     """Least-squares slope of this model's no-cache forward (last row's logits) over FLOPs
-    at `lengths`, each the median of REPEATS timings after 2 warm-up calls: marginal seconds
+    at `lengths`, each the median of REPEATS timings after 2 warm-up calls, the lengths
+    timed in turns (calibration.round_robin) so load lands on all alike: marginal seconds
     per FLOP, free of the fixed per-call overhead. CalibrationError when the slope is not
     physical (see calibration.fitted_rate). Returns (s/FLOP, what was timed)."""
     gen = torch.Generator().manual_seed(2)
-    medians = []
+    forwards = []
     for n in lengths:
         ids = torch.randint(3, model.config.vocab_size, (n,), generator=gen).to(device)
         pos = torch.arange(n, device=device)
@@ -75,12 +79,48 @@ def seconds_per_flop(model: LlamaModel, device: str, lengths: list[int]) -> tupl
             with torch.inference_mode():
                 return model.logits(model(ids, pos, DenseAttention([n]))[-1:])
 
-        medians.append(statistics.median(repeat(forward, device, REPEATS, warmup=2)))
+        forwards.append(forward)
+    times = round_robin(forwards, device, REPEATS, warmup=2)
+    medians = [statistics.median(t) for t in times]
     flops = [step_flops(model, "none", n) for n in lengths]
     flop_s = fitted_rate(fit_slope(flops, medians), torch.device(device).type,
                          "no-cache forward slope (FLOP/s)")  # fmt: skip
     detail = {"lengths": lengths, "median_ms": [round(t * 1000, 3) for t in medians]}
     return 1.0 / flop_s, detail
+
+
+CACHED_STEPS = 11  # decode steps per context length: 2 warm-up, then the median of 9
+
+
+def cached_ms_per_context(model: LlamaModel, device: str, lengths: list[int],
+                          s_per_flop: float) -> tuple[float, dict]:  # fmt: skip
+    """The cached decode step's cost per context token beyond its FLOPs (reading the paged
+    K/V of every earlier token, its bookkeeping): the least-squares slope over context of
+    (median step ms - FLOP ms), each length a fresh paged engine whose first 2 decode steps
+    are discarded. 0 when the slope is not positive (no such cost to see: a flat step).
+    Returns (ms per context token, what was timed)."""
+    gen = torch.Generator().manual_seed(3)
+    params = SamplingParams(max_tokens=CACHED_STEPS + 1, temperature=0, ignore_eos=True)
+    engines = []
+    for n in lengths:
+        engine = LLMEngine(model, EngineConfig(
+            mode="paged", max_num_seqs=1, max_model_len=n + CACHED_STEPS + 2,
+            max_num_batched_tokens=n, enable_prefix_caching=False))  # fmt: skip
+        engine.add_request(torch.randint(3, model.config.vocab_size, (n,),
+                                         generator=gen).tolist(), params)  # fmt: skip
+        engines.append(engine)
+    while any(e.has_unfinished() for e in engines):  # round-robin: load hits all alike
+        for engine in engines:
+            if engine.has_unfinished():
+                engine.step()
+    medians, residual = [], []
+    for n, engine in zip(lengths, engines, strict=True):
+        decode = [s["ms"] for s in engine.step_log if s["prefill_tokens"] == 0][2:]
+        medians.append(statistics.median(decode))
+        residual.append(medians[-1] - step_flops(model, "cached", n) * s_per_flop * 1000)
+    slope = fit_slope([float(n) for n in lengths], residual)
+    detail = {"lengths": lengths, "median_ms": [round(m, 3) for m in medians]}
+    return (slope if slope > 0 else 0.0), detail
 
 
 class KVvsNoCache(Lab):
@@ -94,8 +134,10 @@ class KVvsNoCache(Lab):
         "total grows quadratically. Predicted: FLOPs per step × seconds per FLOP + a fixed "
         "per-step overhead. Seconds per FLOP is calibrated before the run, as the slope of "
         "this model's own no-cache forward timed at 1/8 of and at the final length (so it "
-        "also prices softmax and masking, which FLOPs leave out); each mode's overhead is "
-        "its first point less its FLOP time. The shape in between, the flat cached curve "
+        "also prices softmax and masking, which FLOPs leave out). The cached step also pays "
+        "a small cost per context token beyond its FLOPs (reading the paged keys and values), "
+        "timed on cached decode steps at the same lengths. Each mode's overhead is its first "
+        "point less its modelled time. The shape in between, the nearly flat cached curve "
         "and the totals are predictions."
     )
     topics = ("kv-cache-basics", "prefill-decode", "inference-basics")
@@ -136,6 +178,23 @@ class KVvsNoCache(Lab):
             f"no-cache forward timed at {timed_at['lengths']} tokens (median of {REPEATS} "
             f"after 2 warm-up calls: {timed_at['median_ms']} ms); fitted slope "
             f"{1e-9 / s_per_flop:.2f} GFLOP/s"
+        )
+        per_ctx_ms, cached_at = cached_ms_per_context(
+            model, ctx.device, calibration_lengths(final), s_per_flop
+        )
+        per_context = {"cached": per_ctx_ms, "none": 0.0}
+
+        def cost_ms(mode: str, x: float) -> float:  # the step's modelled cost less overhead
+            return step_flops(model, mode, x) * s_per_flop * 1000 + per_context[mode] * x
+
+        ctx.summary["calibration"] += (
+            f"; cached decode step timed at {cached_at['lengths']} tokens of context (median "
+            f"of {CACHED_STEPS - 2} after 2 warm-up steps: {cached_at['median_ms']} ms): "
+            + (
+                f"{per_ctx_ms * 1000:.2f} µs per context token beyond its FLOPs"
+                if per_ctx_ms
+                else "no cost per context token beyond its FLOPs"
+            )
         )
         ctx.summary["warmup"] = (
             f"discarded, not plotted: 2 warm-up calls per calibration length, each engine's "
@@ -179,10 +238,10 @@ class KVvsNoCache(Lab):
                 xs, ms = zip(*window[mode], strict=True)
                 x, y = statistics.median(xs), statistics.median(ms)
                 lo, hi = min(ms), max(ms)
-                flop_ms = step_flops(model, mode, x) * s_per_flop * 1000
+                flop_ms = cost_ms(mode, x)
                 if mode not in overhead_ms:  # the only fitted number: first point's overhead
                     overhead_ms[mode] = max(y - flop_ms, 0.0)
-                    yield from self._predicted(ctx, model, mode, overhead_ms[mode], s_per_flop)
+                    yield from self._predicted(ctx, mode, overhead_ms[mode], cost_ms)
                 extra = {
                     "predicted": overhead_ms[mode] + flop_ms,
                     "gflop_per_step": step_flops(model, mode, x) / 1e9,
@@ -190,7 +249,7 @@ class KVvsNoCache(Lab):
                 }  # fmt: skip
                 yield Point(mode, x, y, extra)
                 window[mode] = []
-        self._summarise(ctx, model, engines, overhead_ms, s_per_flop)
+        self._summarise(ctx, model, engines, overhead_ms, s_per_flop, cost_ms)
 
     def _bins(self, params: dict) -> list[float]:
         """x of every point: the median sequence length of each window of decode steps."""
@@ -202,20 +261,18 @@ class KVvsNoCache(Lab):
             for i in range(every, decode_steps - every + 1, every)  # after the warm-up window
         ]
 
-    def _predicted(self, ctx, model, mode, overhead_ms, s_per_flop) -> Iterator[Point]:
+    def _predicted(self, ctx, mode, overhead_ms, cost_ms) -> Iterator[Point]:
         for x in self._bins(ctx.params):
-            ms = overhead_ms + step_flops(model, mode, x) * s_per_flop * 1000
+            ms = overhead_ms + cost_ms(mode, x)
             yield Point(f"{mode}-predicted", x, ms)
 
-    def _summarise(self, ctx, model, engines, overhead_ms, s_per_flop) -> None:
+    def _summarise(self, ctx, model, engines, overhead_ms, s_per_flop, cost_ms) -> None:
         p = ctx.params
         first = p["prompt_tokens"] + 1
         contexts = range(first, p["prompt_tokens"] + p["new_tokens"])  # decode steps
         for mode in MODES:
             log = engines[mode].step_log
-            predicted = sum(
-                overhead_ms[mode] + step_flops(model, mode, x) * s_per_flop * 1000 for x in contexts
-            )
+            predicted = sum(overhead_ms[mode] + cost_ms(mode, x) for x in contexts)
             ctx.summary[f"{mode}_decode_total_ms"] = sum(s["ms"] for s in log[1:])
             ctx.summary[f"{mode}_decode_total_ms_predicted"] = predicted
             ctx.summary[f"{mode}_overhead_ms_per_step"] = overhead_ms[mode]

@@ -122,3 +122,12 @@ def test_constants_measured_under_contention_expire_in_minutes(tmp_path, monkeyp
     got = calibration.constants_for("cpu", torch.float32, 1 << 20, path=path,
                                     now=2_990_000 + 3600)  # fmt: skip
     assert got.measured_at == 3_000_000.0  # an hour old and measured at load 50: again
+
+
+def test_round_robin_takes_turns_after_discarded_warmup_rounds():
+    calls: list[str] = []
+    times = calibration.round_robin(
+        [lambda: calls.append("a"), lambda: calls.append("b")], "cpu", repeats=3, warmup=2
+    )
+    assert calls == ["a", "b"] * 5  # 2 warm-up rounds, then 3 timed, in turns
+    assert [len(t) for t in times] == [3, 3] and all(x >= 0 for t in times for x in t)

@@ -14,7 +14,13 @@ from lab.labs import kv_vs_no_cache
 from lab.labs.base import LabCancelled, LabParamError, RunContext
 from lab.labs.calibration import CalibrationError
 from lab.labs.common import bundled_shape, random_model
-from lab.labs.kv_vs_no_cache import LAB, calibration_lengths, seconds_per_flop, step_flops
+from lab.labs.kv_vs_no_cache import (
+    LAB,
+    cached_ms_per_context,
+    calibration_lengths,
+    seconds_per_flop,
+    step_flops,
+)
 from lab.labs.verdicts import contention, judge, pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -117,8 +123,8 @@ def test_no_cache_prediction_grows_at_least_linearly_with_position():
 
 def test_a_loaded_calibration_is_refused_not_clamped(monkeypatch):
     # the warm-up outlier of issue 21: the shortest forward timed slowest -> slope <= 0
-    timings = iter([[0.9] * 3, [0.05] * 3, [0.06] * 3, [0.04] * 3])
-    monkeypatch.setattr(kv_vs_no_cache, "repeat", lambda *a, **k: next(timings))
+    timings = [[0.9] * 3, [0.05] * 3, [0.06] * 3, [0.04] * 3]
+    monkeypatch.setattr(kv_vs_no_cache, "round_robin", lambda *a, **k: timings)
     model = random_model(bundled_shape("target"))
     with pytest.raises(CalibrationError) as err:
         seconds_per_flop(model, "cpu", calibration_lengths(200))
@@ -130,6 +136,7 @@ def test_a_small_run_lands_inside_twice_the_declared_band():
     ctx, points = run_tiny(prompt_tokens=16, new_tokens=96, every=8)
     contended = contention(meter.end_record())  # on a shared machine: stated, not failed
     assert "GFLOP/s" in ctx.summary["calibration"] and ctx.summary["warmup"]
+    assert "per context token" in ctx.summary["calibration"]
     for name, rows in pairs(LAB, points).items():
         series = LAB.series_by_name()[name]
         verdict = judge(replace(series, band=2 * series.band), rows, contended)
@@ -139,3 +146,10 @@ def test_a_small_run_lands_inside_twice_the_declared_band():
     for p in points:
         if p.series in ("cached", "none"):
             assert p.extra["lo"] <= p.y <= p.extra["hi"] and p.extra["repeats"] >= 3
+
+
+def test_the_cached_step_is_priced_per_context_token_beyond_its_flops():
+    model = random_model(bundled_shape("target"))
+    per_ctx_ms, timed_at = cached_ms_per_context(model, "cpu", [16, 64, 128], 1e-11)
+    assert per_ctx_ms >= 0 and timed_at["lengths"] == [16, 64, 128]
+    assert len(timed_at["median_ms"]) == 3 and min(timed_at["median_ms"]) > 0
