@@ -35,7 +35,7 @@ from lab.labs.formulas import decode_step_flops
 
 MODES = ("cached", "none")
 MAX_TOKENS = 512  # the bundled model's context
-REPEATS = 5  # timings per calibration length (their median is fitted)
+REPEATS = 7  # timings per calibration length (their median is fitted)
 # The predictions' bands (lab/labs/verdicts.py): measured / predicted on the median point.
 BANDS = {"cached-predicted": 0.25, "none-predicted": 0.25}
 
@@ -51,11 +51,17 @@ def step_flops(model: LlamaModel, mode: str, context: float) -> float:
                              c.head_dim, new, pairs)  # fmt: skip
 
 
-def fit_slope(xs: list[float], ys: list[float]) -> float:
-    """Least-squares slope of ys over xs (0 when the xs do not vary)."""
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+def fit_slope(xs: list[float], ys: list[float], relative: bool = False) -> float:
+    """Least-squares slope of ys over xs (0 when the xs do not vary); `relative`: on
+    relative residuals (weights 1/y²), so the short lengths are fitted as closely as the
+    long ones whose attention scores spill out of the CPU's caches."""
+    w = [1 / y**2 if relative and y else 1.0 for y in ys]
+    total = sum(w)
+    mx = sum(wi * x for wi, x in zip(w, xs, strict=True)) / total
+    my = sum(wi * y for wi, y in zip(w, ys, strict=True)) / total
+    sxx = sum(wi * (x - mx) ** 2 for wi, x in zip(w, xs, strict=True))
+    sxy = sum(wi * (x - mx) * (y - my) for wi, x, y in zip(w, xs, ys, strict=True))
+    return sxy / sxx if sxx else 0.0
 
 
 def calibration_lengths(final: int) -> list[int]:
@@ -63,64 +69,48 @@ def calibration_lengths(final: int) -> list[int]:
     return sorted({max(round(final * f), 1) for f in (1 / 8, 3 / 8, 5 / 8, 1)})
 
 
-def seconds_per_flop(model: LlamaModel, device: str, lengths: list[int]) -> tuple[float, dict]:
-    """Least-squares slope of this model's no-cache forward (last row's logits) over FLOPs
-    at `lengths`, each the median of REPEATS timings after 2 warm-up calls, the lengths
-    timed in turns (calibration.round_robin) so load lands on all alike: marginal seconds
-    per FLOP, free of the fixed per-call overhead. CalibrationError when the slope is not
-    physical (see calibration.fitted_rate). Returns (s/FLOP, what was timed)."""
+def calibrate_steps(model: LlamaModel, device: str,
+                    lengths: list[int]) -> tuple[float, float, dict]:  # fmt: skip
+    """(seconds per FLOP, ms per context token of a cached step, what was timed).
+
+    At each of `lengths`, this model's no-cache forward (last row's logits) and a cached
+    decode step of a paged engine holding that many tokens, all timed in turns
+    (calibration.round_robin: a burst of load lands on every length alike, and each cached
+    step runs after a big forward, as in the lockstep run), 2 warm-up rounds discarded,
+    the median of REPEATS kept. Seconds per FLOP: the slope of the forwards over FLOPs on
+    relative residuals, free of the fixed per-call overhead; CalibrationError when it is
+    not physical (calibration.fitted_rate). Per context token: the slope of the cached
+    steps less their FLOP time (0 when not positive: no such cost to see)."""
     gen = torch.Generator().manual_seed(2)
-    forwards = []
+    vocab = model.config.vocab_size
+    fns = []
+    params = SamplingParams(max_tokens=REPEATS + 4, temperature=0, ignore_eos=True)
     for n in lengths:
-        ids = torch.randint(3, model.config.vocab_size, (n,), generator=gen).to(device)
+        ids = torch.randint(3, vocab, (n,), generator=gen).to(device)
         pos = torch.arange(n, device=device)
 
         def forward(ids=ids, pos=pos, n=n):
             with torch.inference_mode():
                 return model.logits(model(ids, pos, DenseAttention([n]))[-1:])
 
-        forwards.append(forward)
-    times = round_robin(forwards, device, REPEATS, warmup=2)
-    medians = [statistics.median(t) for t in times]
-    flops = [step_flops(model, "none", n) for n in lengths]
-    flop_s = fitted_rate(fit_slope(flops, medians), torch.device(device).type,
-                         "no-cache forward slope (FLOP/s)")  # fmt: skip
-    detail = {"lengths": lengths, "median_ms": [round(t * 1000, 3) for t in medians]}
-    return 1.0 / flop_s, detail
-
-
-CACHED_STEPS = 11  # decode steps per context length: 2 warm-up, then the median of 9
-
-
-def cached_ms_per_context(model: LlamaModel, device: str, lengths: list[int],
-                          s_per_flop: float) -> tuple[float, dict]:  # fmt: skip
-    """The cached decode step's cost per context token beyond its FLOPs (reading the paged
-    K/V of every earlier token, its bookkeeping): the least-squares slope over context of
-    (median step ms - FLOP ms), each length a fresh paged engine whose first 2 decode steps
-    are discarded. 0 when the slope is not positive (no such cost to see: a flat step).
-    Returns (ms per context token, what was timed)."""
-    gen = torch.Generator().manual_seed(3)
-    params = SamplingParams(max_tokens=CACHED_STEPS + 1, temperature=0, ignore_eos=True)
-    engines = []
-    for n in lengths:
         engine = LLMEngine(model, EngineConfig(
-            mode="paged", max_num_seqs=1, max_model_len=n + CACHED_STEPS + 2,
+            mode="paged", max_num_seqs=1, max_model_len=n + REPEATS + 5,
             max_num_batched_tokens=n, enable_prefix_caching=False))  # fmt: skip
-        engine.add_request(torch.randint(3, model.config.vocab_size, (n,),
-                                         generator=gen).tolist(), params)  # fmt: skip
-        engines.append(engine)
-    while any(e.has_unfinished() for e in engines):  # round-robin: load hits all alike
-        for engine in engines:
-            if engine.has_unfinished():
-                engine.step()
-    medians, residual = [], []
-    for n, engine in zip(lengths, engines, strict=True):
-        decode = [s["ms"] for s in engine.step_log if s["prefill_tokens"] == 0][2:]
-        medians.append(statistics.median(decode))
-        residual.append(medians[-1] - step_flops(model, "cached", n) * s_per_flop * 1000)
-    slope = fit_slope([float(n) for n in lengths], residual)
-    detail = {"lengths": lengths, "median_ms": [round(m, 3) for m in medians]}
-    return (slope if slope > 0 else 0.0), detail
+        engine.add_request(ids.tolist(), params)
+        engine.step()  # the prefill; the decode steps follow, one per call
+        fns += [forward, engine.step]
+    times = round_robin(fns, device, REPEATS, warmup=2)
+    medians = [statistics.median(t) for t in times]
+    forward_s, cached_s = medians[0::2], medians[1::2]
+    flops = [step_flops(model, "none", n) for n in lengths]
+    flop_s = fitted_rate(fit_slope(flops, forward_s, relative=True),
+                         torch.device(device).type, "no-cache forward slope (FLOP/s)")  # fmt: skip
+    residual = [(t - step_flops(model, "cached", n) / flop_s) * 1000
+                for n, t in zip(lengths, cached_s, strict=True)]  # fmt: skip
+    per_ctx_ms = max(fit_slope([float(n) for n in lengths], residual), 0.0)
+    detail = {"lengths": lengths, "forward_ms": [round(t * 1000, 3) for t in forward_s],
+              "cached_ms": [round(t * 1000, 3) for t in cached_s]}  # fmt: skip
+    return 1.0 / flop_s, per_ctx_ms, detail
 
 
 class KVvsNoCache(Lab):
@@ -173,31 +163,22 @@ class KVvsNoCache(Lab):
         p = ctx.params
         model = random_model(bundled_shape("target"), ctx.device, torch_dtype(p["dtype"]))
         final = p["prompt_tokens"] + p["new_tokens"] - 1  # context of the last decode step
-        s_per_flop, timed_at = seconds_per_flop(model, ctx.device, calibration_lengths(final))
-        ctx.summary["calibration"] = (
-            f"no-cache forward timed at {timed_at['lengths']} tokens (median of {REPEATS} "
-            f"after 2 warm-up calls: {timed_at['median_ms']} ms); fitted slope "
-            f"{1e-9 / s_per_flop:.2f} GFLOP/s"
-        )
-        per_ctx_ms, cached_at = cached_ms_per_context(
-            model, ctx.device, calibration_lengths(final), s_per_flop
+        s_per_flop, per_ctx_ms, timed = calibrate_steps(
+            model, ctx.device, calibration_lengths(final)
         )
         per_context = {"cached": per_ctx_ms, "none": 0.0}
 
         def cost_ms(mode: str, x: float) -> float:  # the step's modelled cost less overhead
             return step_flops(model, mode, x) * s_per_flop * 1000 + per_context[mode] * x
 
-        ctx.summary["calibration"] += (
-            f"; cached decode step timed at {cached_at['lengths']} tokens of context (median "
-            f"of {CACHED_STEPS - 2} after 2 warm-up steps: {cached_at['median_ms']} ms): "
-            + (
-                f"{per_ctx_ms * 1000:.2f} µs per context token beyond its FLOPs"
-                if per_ctx_ms
-                else "no cost per context token beyond its FLOPs"
-            )
-        )
+        ctx.summary["calibration"] = (
+            f"timed in turns at {timed['lengths']} tokens (median of {REPEATS} after 2 "
+            f"warm-up rounds): no-cache forward {timed['forward_ms']} ms, fitted slope "
+            f"{1e-9 / s_per_flop:.2f} GFLOP/s; cached decode step {timed['cached_ms']} ms, "
+            + (f"{per_ctx_ms * 1000:.2f} µs per context token beyond its FLOPs"
+               if per_ctx_ms else "no cost per context token beyond its FLOPs"))  # fmt: skip
         ctx.summary["warmup"] = (
-            f"discarded, not plotted: 2 warm-up calls per calibration length, each engine's "
+            f"discarded, not plotted: 2 warm-up rounds of the calibration, each engine's "
             f"prefill and its first {p['every']} decode steps"
         )
         ctx.check_cancel()

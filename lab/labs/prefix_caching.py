@@ -279,9 +279,10 @@ def calibration_design(computed: list[int], max_prompt: int, block_size: int,
     hi = max(max(computed), 2)
     lo = min(computed) if hi - min(computed) >= count else max(1, hi // 4)
     design = {(0, round(lo + (hi - lo) * i / (count - 1))) for i in range(count)}
-    prefix = (max_prompt - lo) // block_size * block_size
-    if prefix >= block_size:
-        design |= {(prefix, prefix + lo), (prefix, prefix + max(lo, (hi - lo) // 2))}
+    for suffix in (lo, max(lo, (hi - lo) // 2)):  # no longer than the chat's longest prompt
+        prefix = (max_prompt - suffix) // block_size * block_size
+        if prefix >= block_size:
+            design.add((prefix, prefix + suffix))
     return sorted(design)
 
 
@@ -319,15 +320,18 @@ def _token_flop_s(model, per_token_ms: float) -> float:
 
 def fit_prefill(design: list[tuple[int, int]], median_ms: list[float]) -> tuple[float, ...]:
     """Least-squares (a, b, c) of ms = a + b × computed + c × pairs over the timed
-    (cached, prompt) pairs; without the pair term when it comes out negative (noise, or no
-    cost per pair to see)."""
+    (cached, prompt) pairs, on relative residuals (a 5 ms prefill fitted as closely as a
+    100 ms one: the chat's cache hits are short); without the pair term when it comes out
+    negative (noise, or no cost per pair to see)."""
     ms = torch.tensor(median_ms, dtype=torch.float64).unsqueeze(1)
     cols = torch.tensor([[1.0, p - h, attended_pairs(h, p)] for h, p in design],
                         dtype=torch.float64)  # fmt: skip
+    weight = 1 / ms.clamp(min=1e-6)  # relative residuals: a short prefill counts as much
     for k in (3, 2):
         if len(design) < k:
             continue
-        coef = torch.linalg.lstsq(cols[:, :k], ms).solution.squeeze(1).tolist()
+        coef = torch.linalg.lstsq(cols[:, :k] * weight, ms * weight).solution
+        coef = coef.squeeze(1).tolist()
         if k == 2 or coef[2] >= 0:
             return coef[0], coef[1], coef[2] if k == 3 else 0.0
     raise CalibrationError("Prefill was timed at fewer than 2 lengths; nothing to fit.")

@@ -16,9 +16,8 @@ from lab.labs.calibration import CalibrationError
 from lab.labs.common import bundled_shape, random_model
 from lab.labs.kv_vs_no_cache import (
     LAB,
-    cached_ms_per_context,
+    calibrate_steps,
     calibration_lengths,
-    seconds_per_flop,
     step_flops,
 )
 from lab.labs.verdicts import contention, judge, pairs
@@ -123,11 +122,13 @@ def test_no_cache_prediction_grows_at_least_linearly_with_position():
 
 def test_a_loaded_calibration_is_refused_not_clamped(monkeypatch):
     # the warm-up outlier of issue 21: the shortest forward timed slowest -> slope <= 0
-    timings = [[0.9] * 3, [0.05] * 3, [0.06] * 3, [0.04] * 3]
+    # (no-cache forward, cached step) per length, as round_robin returns them
+    forward = [[0.9] * 3, [0.05] * 3, [0.06] * 3, [0.04] * 3]
+    timings = [t for pair in zip(forward, [[0.002] * 3] * 4, strict=True) for t in pair]
     monkeypatch.setattr(kv_vs_no_cache, "round_robin", lambda *a, **k: timings)
     model = random_model(bundled_shape("target"))
     with pytest.raises(CalibrationError) as err:
-        seconds_per_flop(model, "cpu", calibration_lengths(200))
+        calibrate_steps(model, "cpu", calibration_lengths(200))
     assert "did not take longer" in str(err.value)
 
 
@@ -148,8 +149,20 @@ def test_a_small_run_lands_inside_twice_the_declared_band():
             assert p.extra["lo"] <= p.y <= p.extra["hi"] and p.extra["repeats"] >= 3
 
 
-def test_the_cached_step_is_priced_per_context_token_beyond_its_flops():
+def test_the_cached_step_is_priced_per_context_token_beyond_its_flops(monkeypatch):
     model = random_model(bundled_shape("target"))
-    per_ctx_ms, timed_at = cached_ms_per_context(model, "cpu", [16, 64, 128], 1e-11)
-    assert per_ctx_ms >= 0 and timed_at["lengths"] == [16, 64, 128]
-    assert len(timed_at["median_ms"]) == 3 and min(timed_at["median_ms"]) > 0
+    lengths = [16, 64, 128]
+    flops = [step_flops(model, "none", n) for n in lengths]
+    # forwards at 20 GFLOP/s + 1 ms; cached steps 2 ms + 10 µs per context token
+    forward = [[1e-3 + f / 20e9] * 3 for f in flops]
+    cached = [[2e-3 + 1e-5 * n + step_flops(model, "cached", n) / 20e9] * 3 for n in lengths]
+    timings = [t for pair in zip(forward, cached, strict=True) for t in pair]
+    monkeypatch.setattr(kv_vs_no_cache, "round_robin", lambda *a, **k: timings)
+    s_per_flop, per_ctx_ms, timed = calibrate_steps(model, "cpu", lengths)
+    assert s_per_flop == pytest.approx(1 / 20e9)
+    assert per_ctx_ms == pytest.approx(0.01)
+    assert timed["lengths"] == lengths and len(timed["cached_ms"]) == 3
+    # a flat cached step: no per-context cost, never a negative one
+    flat = [[2e-3] * 3 for _ in lengths]
+    timings[1::2] = flat
+    assert calibrate_steps(model, "cpu", lengths)[1] == 0.0

@@ -144,6 +144,12 @@ def test_the_design_separates_tokens_from_pairs():
     assert min(cache_off) == 28 and max(cache_off) == 141 and len(cache_off) == 4
     cached = [(h, p) for h, p in design if h]
     assert cached and all(h % 16 == 0 and p - h >= 28 for h, p in cached)
+    assert max(p for _, p in design) <= 141  # never past the chat's longest prompt
+    for turns, system in ((8, 128), (16, 128)):  # the defaults, and a chat near the context
+        params = LAB.clean({"turns": turns, "system_tokens": system, "user_tokens": 8})
+        plan = chat_plan(params)
+        longest = max(plan.prompt_len(c, turns) for c in ("cache-on", "silent-miss"))
+        assert max(p for _, p in calibration_design([20, longest], longest, 16)) <= longest
 
 
 def test_the_fit_recovers_a_known_cost_model():
