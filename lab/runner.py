@@ -18,9 +18,11 @@ from django.utils import timezone
 from lab import broker
 from lab.conditions import Meter
 from lab.labs import get_lab
-from lab.labs.base import LabCancelled, RunContext
+from lab.labs.base import LabCancelled, Point, RunContext
+from lab.labs.verdicts import judge_run
 from lab.models import LabPoint, LabRun
 from lab.services import ACTIVE, NOT_RERUN, point_payload, status_payload
+from lab.summary_format import live_summary
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,32 @@ class _Liveness:
         return self.cancelled
 
 
+def calibration_path():
+    """The device-constants cache (lab/labs/calibration.py): a JSON file under VAR_DIR, like
+    the project's other local state; measured again when missing or over 24 h old."""
+    from django.conf import settings
+
+    return settings.VAR_DIR / "lab_calibration.json"
+
+
+def calibrate_at_start() -> None:
+    """At worker start: measure this device's constants for the bundled model's fp32 weights
+    when the cache lacks them or they are over 24 h old; a failure is logged, and each run
+    checks (and measures) again."""
+    import torch
+
+    from lab.labs.calibration import CalibrationError, constants_for
+    from lab.labs.common import bundled_model
+
+    model = bundled_model("target")
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    try:
+        c = constants_for("cpu", torch.float32, weight_bytes, path=calibration_path())
+        log.info("lab device constants: %s", c.describe())
+    except (CalibrationError, OSError) as exc:
+        log.warning("lab calibration at worker start failed: %s", exc)
+
+
 def _device_for(queue: str) -> str:
     import torch
 
@@ -94,9 +122,14 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
     broker.clear_stream(run_id)
     liveness = _Liveness(run_id, last_beat=time.monotonic())
     ctx = RunContext(
-        params=dict(run.params), is_cancelled=liveness.is_cancelled, beat=liveness.beat
+        params=dict(run.params),
+        is_cancelled=liveness.is_cancelled,
+        beat=liveness.beat,
+        calibration_path=calibration_path(),
     )
     seq, status, error = 0, LabRun.Status.DONE, ""
+    shown: dict[str, Any] = {}
+    points: list[Point] = []
     started = time.perf_counter()
     try:
         ctx.device = _device_for(run.queue)
@@ -115,6 +148,8 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
                 extra=point.extra,
             )
             broker.publish(run_id, "point", point_payload(saved))
+            shown = _publish_live(run_id, ctx.summary, shown)
+            points.append(point)
             seq += 1
             liveness.beat()
             if liveness.is_cancelled():
@@ -129,7 +164,23 @@ def execute_run(run_id: int, hostname: str, task_id: str | None = None) -> str:
         log.exception("lab run %s failed", run_id)
         status, error = LabRun.Status.FAILED, f"{type(exc).__name__}: {exc}"
     summary = {**ctx.summary, "points": seq, "wall_s": round(time.perf_counter() - started, 3)}
-    return _finish(run_id, status, error, summary, meter.end_record())
+    conditions = meter.end_record()
+    if status == LabRun.Status.DONE:  # a verdict per predicted series, contention stated
+        summary["verdicts"] = [v.as_dict() for v in judge_run(get_lab(run.lab), points,
+                                                              conditions)]  # fmt: skip
+    return _finish(run_id, status, error, summary, conditions)
+
+
+def _publish_live(run_id: int, summary: dict[str, Any], shown: dict[str, Any]) -> dict[str, Any]:
+    """Save and send the constants, calibration and warm-up lines (summary_format.LIVE_KEYS)
+    once a lab has set or changed them, so the run page says what the prediction uses while
+    the run runs. Returns what is shown now."""
+    live = live_summary(summary)
+    if live == shown:
+        return shown
+    if LabRun.objects.filter(pk=run_id, status=LabRun.Status.RUNNING).update(summary=live):
+        broker.publish(run_id, "status", status_payload(LabRun.objects.get(pk=run_id)))
+    return live
 
 
 def _finish(

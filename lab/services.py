@@ -22,6 +22,7 @@ from lab import broker
 from lab.conditions import describe as describe_conditions
 from lab.labs import get_lab
 from lab.models import LabPoint, LabRun
+from lab.summary_format import constants_line, summary_rows
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,10 @@ def status_payload(run: LabRun) -> dict[str, Any]:
         "device": run.device,
         "error": run.error,
         "summary": run.summary,
+        "summary_rows": summary_rows(run.summary),
+        "constants": constants_line(run.summary),
+        "verdicts": (run.summary or {}).get("verdicts", []),
+        "cancel_requested": run.cancel_requested,
         "conditions": describe_conditions(run.conditions),
         "started": run.started.isoformat() if run.started else None,
         "finished": run.finished.isoformat() if run.finished else None,

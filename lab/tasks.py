@@ -89,6 +89,8 @@ def _limit_threads_in_pool_process(**kwargs) -> None:
     if _NODE["lab"]:
         lower_priority(_lab_nice(), whole_process=True)
     _limit_threads()
+    if _NODE["lab"]:
+        runner.calibrate_at_start()  # cached for 24 h: a second or two at most
 
 
 def _node(task) -> str:

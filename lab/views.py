@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 from asgiref.sync import sync_to_async
@@ -119,6 +120,7 @@ def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
         "events_url": reverse("lab_run_events", args=[run.pk]),
         "cancel_url": reverse("lab_run_cancel", args=[run.pk]),
     }
+    status = page["status"]
     params = [(p, run.params.get(p.name)) for p in lab.params]
     return render(
         request,
@@ -129,8 +131,24 @@ def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
             "page": page,
             "params": params,
             "questions": _questions_by_lab()[run.lab],
+            "summary_rows": status["summary_rows"],
+            "verdicts": status["verdicts"],
+            "cancelling": run.status == LabRun.Status.RUNNING and run.cancel_requested,
         },
     )
+
+
+@login_required
+def run_points_csv(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Every point of a run (measured and predicted-by-point) as CSV, extra as JSON."""
+    run = _own_run(request, run_id)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="lab-run-{run.pk}-{run.lab}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(["seq", "series", "x", "y", "extra"])
+    for p in run.points.order_by("seq"):
+        writer.writerow([p.seq, p.series, repr(p.x), repr(p.y), json.dumps(p.extra)])
+    return response
 
 
 @login_required

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 
@@ -122,6 +123,12 @@ class Series:
     predicts: str = ""
     axis: str = "y"  # y | y2 (second y axis on the right)
     mode: str = "lines+markers"  # a plotly scatter mode, or "bar" (bar series are stacked)
+    # Predicted series only: what the prediction claims (lab/labs/verdicts.py) — "exact"
+    # (counts: must match), "bound" (measured may not beat it by more than `band`) or
+    # "estimate" (measured / predicted within ±band on the median point).
+    claim: str = ""
+    band: float = 0.0
+    bound_side: str = "lower"  # bound: "lower" (measured ≥ it) or "upper" (measured ≤ it)
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,9 @@ class RunContext:
     is_cancelled: Callable[[], bool] = lambda: False
     beat: Callable[[], None] = lambda: None
     summary: dict[str, Any] = field(default_factory=dict)
+    # Where measured device constants are cached (lab/labs/calibration.py); None: this
+    # process only (tests, shells).
+    calibration_path: Path | None = None
 
     def check_cancel(self) -> None:
         """Call between measurements: raises LabCancelled once the user asked to stop."""
@@ -204,6 +214,10 @@ class Lab:
 
     def run(self, ctx: RunContext) -> Iterator[Point]:
         raise NotImplementedError
+
+    def miss_cause(self, series: str) -> str:
+        """The likely cause a verdict names when `series`' prediction misses ("" = generic)."""
+        return ""
 
     def series_by_name(self) -> dict[str, Series]:
         return {s.name: s for s in self.series}

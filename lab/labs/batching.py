@@ -32,6 +32,11 @@ from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_shape, random_model, sync
 from lab.labs.formulas import slot_utilisation
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"static-predicted": 0, "continuous-predicted": 0}
+
 MODES = ("static", "continuous")
 CALIBRATION_STEPS = 9
 
@@ -103,33 +108,53 @@ def _engine(model, mode: str, slots: int, p: dict, extra_len: int = 0) -> LLMEng
     )
 
 
+CALIBRATION_REPEATS = 3  # engines per batch size after a discarded warm-up round
+
+
 def calibrate_step_s(model, p: dict, vocab: int) -> tuple[float, float, float]:
     """Step cost on this device, in seconds: (a, b, c) for a decode step of n sequences
     costing a + b x n, and c the extra of prefilling a mean-length prompt in a step instead
-    of decoding one token. From median step times with 1 and with B sequences."""
+    of decoding one token. A warm-up round (one engine per batch size) is discarded; then
+    CALIBRATION_REPEATS engines per size, the medians of their step times are used (within
+    an engine the first decodes warm up too). Not clamped: see step_cost_problem."""
     slots, prompt_len = p["slots"], (p["prompt_min"] + p["prompt_max"]) // 2
-    decode, prefill = [], []
-    for n in (1, slots):
-        engine = _engine(model, "continuous", slots, p, extra_len=CALIBRATION_STEPS)
-        gen = torch.Generator().manual_seed(p["seed"] + 1)
-        for _ in range(n):
-            prompt = torch.randint(3, vocab, (prompt_len,), generator=gen).tolist()
-            engine.add_request(
-                prompt, SamplingParams(temperature=0, max_tokens=CALIBRATION_STEPS, ignore_eos=True)
-            )
-        times = []
-        for _ in range(CALIBRATION_STEPS):  # one prefill step, then decodes
-            sync(model.device)
-            start = time.perf_counter()
-            engine.step()
-            sync(model.device)
-            times.append(time.perf_counter() - start)
-        prefill.append(times[0])
-        decode.append(statistics.median(times[3:]))  # the first decodes warm up
-    b = max(0.0, (decode[1] - decode[0]) / max(1, slots - 1))
-    a = max(0.0, decode[0] - b)
-    c = max(0.0, (prefill[1] - decode[1]) / slots)
+    decode: dict[int, list[float]] = {1: [], slots: []}
+    prefill: dict[int, list[float]] = {1: [], slots: []}
+    for rep in range(1 + CALIBRATION_REPEATS):
+        for n in (1, slots):
+            engine = _engine(model, "continuous", slots, p, extra_len=CALIBRATION_STEPS)
+            gen = torch.Generator().manual_seed(p["seed"] + 1)
+            for _ in range(n):
+                prompt = torch.randint(3, vocab, (prompt_len,), generator=gen).tolist()
+                engine.add_request(prompt, SamplingParams(
+                    temperature=0, max_tokens=CALIBRATION_STEPS, ignore_eos=True))  # fmt: skip
+            times = []
+            for _ in range(CALIBRATION_STEPS):  # one prefill step, then decodes
+                sync(model.device)
+                start = time.perf_counter()
+                engine.step()
+                sync(model.device)
+                times.append(time.perf_counter() - start)
+            if rep:  # round 0 is the warm-up
+                prefill[n].append(times[0])
+                decode[n].append(statistics.median(times[3:]))  # the first decodes warm up
+    d1, dn = statistics.median(decode[1]), statistics.median(decode[slots])
+    b = (dn - d1) / max(1, slots - 1)
+    a = d1 - b
+    c = (statistics.median(prefill[slots]) - dn) / slots
     return a, b, c
+
+
+def step_cost_problem(a: float, b: float, c: float) -> str:
+    """Why the step-cost fit cannot price tokens per second ("" when it can): a fixed cost
+    ≤ 0 or a negative cost per sequence or per prefill means the timings were disturbed."""
+    if a > 0 and b >= 0 and c >= 0:
+        return ""
+    return (
+        f"not predicted: the fitted step cost (a {a * 1000:.3g} ms, b {b * 1000:.3g} ms "
+        f"per sequence, c {c * 1000:.3g} ms per prefill) is not physical, so the timings "
+        "were disturbed (another process took the CPU); run again on a quieter machine"
+    )
 
 
 class Batching(Lab):
@@ -159,10 +184,11 @@ class Batching(Lab):
     series = (
         Series("static", "Static batching (measured)"),
         Series("static-predicted", "Static predicted", "predicted", predicts="static",
-               mode="lines"),
+               mode="lines", claim="exact", band=BANDS["static-predicted"]),
         Series("continuous", "Continuous batching (measured)"),
         Series("continuous-predicted", "Continuous predicted", "predicted",
-               predicts="continuous", mode="lines"),
+               predicts="continuous", mode="lines",
+               claim="exact", band=BANDS["continuous-predicted"]),
     )  # fmt: skip
     chart = Chart("engine steps", "output tokens generated")
     time_limit_s = 150
@@ -205,6 +231,13 @@ class Batching(Lab):
         ctx.check_cancel()
         ctx.summary.update(step_cost_a_ms=a_s * 1000, step_cost_b_ms_per_seq=b_s * 1000,
                            prefill_extra_ms_per_request=c_s * 1000)  # fmt: skip
+        problem = step_cost_problem(a_s, b_s, c_s)
+        ctx.summary["warmup"] = (
+            "discarded: one calibration engine per batch size and the first decodes of each; "
+            f"step costs are medians over {CALIBRATION_REPEATS} engines. The step counts "
+            "below are exact (no timing)")  # fmt: skip
+        if problem:
+            ctx.summary["step_cost"] = problem
         for mode in MODES:
             active = schedule(mode, outputs, slots)
             predicted_util = slot_utilisation(useful, slots, len(active))
@@ -239,7 +272,8 @@ class Batching(Lab):
             self._summarise(ctx, mode, engine, ids, elapsed, step, useful, slots)
             ctx.summary[f"{mode}_predicted_steps"] = len(active)
             ctx.summary[f"{mode}_predicted_slot_use"] = predicted_util
-            ctx.summary[f"{mode}_predicted_tok_s"] = useful / predicted_s if predicted_s else None
+            ctx.summary[f"{mode}_predicted_tok_s"] = (
+                useful / predicted_s if predicted_s and not problem else None)  # fmt: skip
         s = ctx.summary
         s["throughput_ratio"] = s["continuous_tok_s"] / s["static_tok_s"]
         # The bank's model: a step costs the same whatever the batch holds.

@@ -28,6 +28,11 @@ from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_shape, random_model, sync
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"naive-predicted": 0, "abort-predicted": 0}
+
 MODES = ("naive", "abort")
 LAG = {"next-token": 1, "immediate": 0}  # tokens the aborting server still lets through
 
@@ -92,6 +97,8 @@ class Cancellation(Lab):
             "predicted",
             predicts="naive",
             mode="lines",
+            claim="exact",
+            band=BANDS["naive-predicted"],
         ),
         Series("abort", "engine.abort(): wasted tokens (measured)"),
         Series(
@@ -100,6 +107,8 @@ class Cancellation(Lab):
             "predicted",
             predicts="abort",
             mode="lines",
+            claim="exact",
+            band=BANDS["abort-predicted"],
         ),
         Series("naive-blocks", "No cancellation: KV blocks held", axis="y2", mode="lines"),
         Series("abort-blocks", "engine.abort(): KV blocks held", axis="y2", mode="lines"),

@@ -126,22 +126,43 @@ def attention_tile_bytes(seq_len: int, kv_block: int, heads: int, dtype_bytes: i
     return evaluate(ATTN_TILE_PER_LAYER, values).magnitude
 
 
-# FLOPs of one decode step: 2 per decoder weight per token computed, the LM head once (the
-# sampled row), and QK^T + PV (4 x head_dim per query head) for every (query, key) pair.
+# FLOPs of one forward step: 2 per decoder weight per token computed, the LM head once per
+# sampled row (one per sequence: a prefill samples only its last position), and QK^T + PV
+# (4 x head_dim per query head) for every (query, key) pair attended.
 DECODE_STEP_FLOPS = (
-    "2 * layer_params * new_tokens * FLOP + 2 * lm_head_params * FLOP"
+    "2 * layer_params * new_tokens * FLOP + 2 * lm_head_params * sampled_rows * FLOP"
     " + 4 * model_layers * model_heads * model_head_dim * attended_pairs * FLOP"
 )
 
 
 def decode_step_flops(
     layer_params: int, lm_head_params: int, layers: int, heads: int, head_dim: int,
-    new_tokens: int, attended_pairs: int,
+    new_tokens: int, attended_pairs: int, sampled_rows: int = 1,
 ) -> float:  # fmt: skip
     values = {"layer_params": layer_params, "lm_head_params": lm_head_params,
               "model_layers": layers, "model_heads": heads, "model_head_dim": head_dim,
-              "new_tokens": new_tokens, "attended_pairs": attended_pairs}  # fmt: skip
+              "new_tokens": new_tokens, "attended_pairs": attended_pairs,
+              "sampled_rows": sampled_rows}  # fmt: skip
     return evaluate(DECODE_STEP_FLOPS, values).to("FLOP").magnitude
+
+
+# A lower bound on one step's time, refining the bank's tpot_ms roofline (STEP_ROOFLINE) for
+# a measured engine: the compute term counts the step's real FLOPs (DECODE_STEP_FLOPS: the
+# LM head only for sampled rows, attention pairs included) instead of 2 x all params x tokens,
+# which overstates a prefill by the LM head on every prompt token and made the measured
+# prefill "beat" the bound.
+STEP_LOWER_BOUND = "max(weight_bytes / read_bandwidth, step_flops / flop_rate)"
+
+
+def step_lower_bound_ms(
+    weight_bytes: float, bandwidth_bytes_s: float, step_flops: float, flop_s: float
+) -> float:
+    """Lower bound in ms of a step that streams `weight_bytes` and computes `step_flops`."""
+    values = {"weight_bytes": UREG.Quantity(weight_bytes, "B"),
+              "read_bandwidth": UREG.Quantity(bandwidth_bytes_s, "B/s"),
+              "step_flops": UREG.Quantity(step_flops, "FLOP"),
+              "flop_rate": UREG.Quantity(flop_s, "FLOP/s")}  # fmt: skip
+    return evaluate(STEP_LOWER_BOUND, values).to("ms").magnitude
 
 
 # paged-attention.yaml "contiguous_waste" and "paged_waste": the reserved share never used.

@@ -22,6 +22,11 @@ from lab.engine.server.launch import read_metrics, spawn, wait_idle
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.loadgen.runner import run_blocking
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"naive-predicted": 0, "abort-predicted": 0}
+
 MODES = {"abort": (), "naive": ("--no-abort-on-disconnect",)}
 
 
@@ -77,10 +82,11 @@ class HttpCancellation(Lab):
     series = (
         Series("naive", "No abort: tokens for nobody (measured)"),
         Series("naive-predicted", "No abort predicted", "predicted", predicts="naive",
-               mode="lines"),
+               mode="lines", claim="bound", band=BANDS["naive-predicted"], bound_side="upper"),
         Series("abort", "Abort on disconnect: tokens for nobody (measured)"),
         Series("abort-predicted", "Abort on disconnect predicted (at most)", "predicted",
-               predicts="abort", mode="lines"),
+               predicts="abort", mode="lines",
+               claim="bound", band=BANDS["abort-predicted"], bound_side="upper"),
         Series("naive-busy", "No abort: engine busy s", axis="y2", mode="lines+markers"),
         Series("abort-busy", "Abort: engine busy s", axis="y2", mode="lines+markers"),
     )  # fmt: skip

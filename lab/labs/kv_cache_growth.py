@@ -25,6 +25,11 @@ from lab.labs.common import (
 )
 from lab.labs.formulas import kv_bytes_per_token
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"mha-predicted": 0, "gqa-predicted": 0}
+
 VARIANTS = ("mha", "gqa")
 
 
@@ -71,9 +76,25 @@ class KVCacheGrowth(Lab):
     )
     series = (
         Series("mha", "MHA measured (written)"),
-        Series("mha-predicted", "MHA predicted", "predicted", predicts="mha", mode="lines"),
+        Series(
+            "mha-predicted",
+            "MHA predicted",
+            "predicted",
+            predicts="mha",
+            mode="lines",
+            claim="exact",
+            band=BANDS["mha-predicted"],
+        ),
         Series("gqa", "GQA measured (written)"),
-        Series("gqa-predicted", "GQA predicted", "predicted", predicts="gqa", mode="lines"),
+        Series(
+            "gqa-predicted",
+            "GQA predicted",
+            "predicted",
+            predicts="gqa",
+            mode="lines",
+            claim="exact",
+            band=BANDS["gqa-predicted"],
+        ),
         Series("mha-reserved", "MHA reserved (blocks)", mode="lines"),
         Series("gqa-reserved", "GQA reserved (blocks)", mode="lines"),
     )

@@ -12,11 +12,18 @@ grow without bound: throughput = min(rate, capacity), the knee at the capacity.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterator
 
 from lab.engine.server.launch import spawn
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.loadgen import LoadConfig, run
+
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"throughput-predicted": 0.25}
+CAPACITY_REPEATS = 3  # closed loops measuring capacity (their median is used)
 
 
 def rates(params: dict) -> list[float]:
@@ -59,6 +66,8 @@ class LatencyVsLoad(Lab):
             predicts="throughput",
             axis="y2",
             mode="lines",
+            claim="estimate",
+            band=BANDS["throughput-predicted"],
         ),
     )
     chart = Chart(
@@ -79,16 +88,7 @@ class LatencyVsLoad(Lab):
         )
         server = ("--max-num-seqs", str(p["max_num_seqs"]), "--device", ctx.device)
         with spawn(*server) as url:
-            calib = run(
-                LoadConfig(
-                    base_url=url,
-                    concurrency=p["max_num_seqs"],
-                    num_requests=3 * p["max_num_seqs"],
-                    **common,
-                )
-            )
-            capacity = calib["summary"]["request_throughput"]
-            ctx.summary["capacity_req_s"] = round(capacity, 3)
+            capacity = self._capacity(ctx, url, p, common)
             for rate in rates(p):
                 ctx.check_cancel()
                 result = run(
@@ -120,6 +120,29 @@ class LatencyVsLoad(Lab):
                 )
                 yield Point("throughput-predicted", rate, predicted)
                 ctx.summary[f"ttft_p99_ms_at_{rate:g}"] = round(s["ttft_ms"]["p99"] or 0, 1)
+
+    @staticmethod
+    def _capacity(ctx: RunContext, url: str, p: dict, common: dict) -> float:
+        """Completed req/s of a closed loop at max_num_seqs in flight: the median of
+        CAPACITY_REPEATS loops, after warm-up requests that are not recorded."""
+        loops = []
+        for i in range(CAPACITY_REPEATS):
+            ctx.check_cancel()
+            result = run(LoadConfig(
+                base_url=url, concurrency=p["max_num_seqs"],
+                num_requests=2 * p["max_num_seqs"],
+                warmup=p["max_num_seqs"] if i == 0 else 0, **common))  # fmt: skip
+            loops.append(result["summary"]["request_throughput"])
+        capacity = statistics.median(loops)
+        ctx.summary.update({
+            "capacity_req_s": round(capacity, 3),
+            "capacity_spread": f"{min(loops):.3g} … {max(loops):.3g} req/s over "
+                               f"{len(loops)} closed loops",
+            "warmup": f"discarded: {p['max_num_seqs']} unrecorded requests before the "
+                      "capacity loops; each rate level is one window of many requests "
+                      "(TTFT/TPOT p50 and p99 drawn, not repeats)",
+        })  # fmt: skip
+        return capacity
 
 
 LAB = LatencyVsLoad()

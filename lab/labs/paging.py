@@ -28,6 +28,11 @@ from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_shape, mark_unwritten, random_model, written_bytes
 from lab.labs.formulas import contiguous_waste, paged_waste
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"contiguous-predicted": 0, "paged-predicted": 0}
+
 
 def workload(params: dict) -> list[tuple[int, int]]:
     """Seeded (prompt_tokens, decode_tokens) per sequence; their sum is its length."""
@@ -139,10 +144,11 @@ class Paging(Lab):
     series = (
         Series("contiguous", "Contiguous reservation (measured)"),
         Series("contiguous-predicted", "Contiguous predicted", "predicted",
-               predicts="contiguous", mode="lines"),
+               predicts="contiguous", mode="lines",
+               claim="exact", band=BANDS["contiguous-predicted"]),
         Series("paged", "Paged (measured)"),
         Series("paged-predicted", "Paged predicted", "predicted", predicts="paged",
-               mode="lines"),
+               mode="lines", claim="exact", band=BANDS["paged-predicted"]),
     )  # fmt: skip
     chart = Chart("block size (tokens)", "KV reserved but unused (%)", x_type="log")
     time_limit_s = 120

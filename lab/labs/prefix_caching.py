@@ -7,7 +7,14 @@ prompt and all but the last answer token, whose KV is never computed) is found a
 only in *full* blocks: the predicted hit is floor(shared / block_size) * block_size tokens,
 capped so the prompt's last token is always computed. A timestamp that changes every turn
 sits in the first block, so every later block hashes differently: the cache is on and
-misses anyway. TTFT is modelled as a + b * uncached tokens, calibrated on turn 1.
+misses anyway.
+
+TTFT is modelled as a + b * computed tokens + c * attended (query, key) pairs: a fixed step
+cost, a cost per prompt token the step computes, and a cost per pair its attention reads
+(a cache hit still attends to the cached keys). a, b and c are fitted by least squares on
+prefills of a separate cache-off engine at 5 lengths spanning the chat's computed tokens,
+each the median of >= 3 timings after a discarded warm-up; b is bound-checked as a FLOP rate
+(calibration.fitted_rate) and a must be positive. The chats are then a prediction, not a fit.
 """
 
 from __future__ import annotations
@@ -22,8 +29,20 @@ from lab.engine.config import EngineConfig
 from lab.engine.engine import LLMEngine
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
+from lab.labs.calibration import CalibrationError, fitted_rate
 from lab.labs.common import bundled_shape, random_model, tokenizer
 from lab.labs.formulas import prefix_hit_tokens
+from lab.labs.two_phase import step_flops
+
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {
+    "cache-on-predicted": 0.25,
+    "cache-off-predicted": 0.25,
+    "silent-miss-predicted": 0.25,
+    "hit-tokens-predicted": 0,
+}
 
 CONDITIONS = ("cache-on", "cache-off", "silent-miss")
 # A careless app stamps the time into the system prompt; one simulated turn every 37 s.
@@ -122,8 +141,10 @@ class PrefixCaching(Lab):
         "every turn: the first block differs, so every block after it misses (the fix: keep "
         "the start of the prompt stable and put what changes after it). Predicted hits "
         "are floor(shared / block size) × block size; predicted TTFT = a + b × uncached "
-        "tokens, with a (one step's fixed cost) and b (ms per prompt token) calibrated on the "
-        "first turn of the cache-off chat."
+        "tokens + c × attended pairs (a hit still attends to the cached keys), with a (one "
+        "step's fixed cost), b (per computed token) and c (per query-key pair) fitted first "
+        "on cache-off prefills at 5 lengths, each the median of the repeats after a "
+        "discarded warm-up."
     )
     topics = ("prompt-caching", "paged-attention", "prefill-decode")
     params = (
@@ -133,22 +154,26 @@ class PrefixCaching(Lab):
         Param("answer_tokens", "Answer", "int", 8, min=1, max=64, unit="tokens",
               help="greedy tokens generated per turn"),
         Param("block_size", "Block size", "int", 16, min=1, max=64, unit="tokens"),
-        Param("repeats", "Chats per condition", "int", 3, min=1, max=5,
-              help="each on a fresh engine; the median TTFT per turn is plotted"),
+        Param("repeats", "Chats per condition", "int", 3, min=3, max=5,
+              help="each on a fresh engine; the median TTFT per turn is plotted, the "
+                   "spread drawn; also the timings per calibration length"),
     )  # fmt: skip
     series = (
         Series("cache-on", "TTFT, caching on"),
         Series("cache-on-predicted", "TTFT on, predicted", "predicted", predicts="cache-on",
-               mode="lines"),
+               mode="lines", claim="estimate", band=BANDS["cache-on-predicted"]),
         Series("cache-off", "TTFT, caching off"),
         Series("cache-off-predicted", "TTFT off, predicted", "predicted",
-               predicts="cache-off", mode="lines"),
+               predicts="cache-off", mode="lines",
+               claim="estimate", band=BANDS["cache-off-predicted"]),
         Series("silent-miss", "TTFT, on + timestamp (silent miss)"),
         Series("silent-miss-predicted", "TTFT silent miss, predicted", "predicted",
-               predicts="silent-miss", mode="lines"),
+               predicts="silent-miss", mode="lines",
+               claim="estimate", band=BANDS["silent-miss-predicted"]),
         Series("hit-tokens", "prefix-hit tokens, caching on", axis="y2"),
         Series("hit-tokens-predicted", "prefix-hit tokens, predicted", "predicted",
-               predicts="hit-tokens", axis="y2", mode="lines"),
+               predicts="hit-tokens", axis="y2", mode="lines",
+               claim="exact", band=BANDS["hit-tokens-predicted"]),
         Series("silent-hit-tokens", "prefix-hit tokens, silent miss", axis="y2"),
     )  # fmt: skip
     chart = Chart("turn", "TTFT (ms)", y2_title="prefix-hit tokens")
@@ -178,11 +203,22 @@ class PrefixCaching(Lab):
         p = ctx.params
         plan = chat_plan(p)
         model = random_model(bundled_shape("target"), ctx.device)
+        hits_pred = {c: predicted_hits(plan, c, p["block_size"]) for c in CONDITIONS}
+        computed = [plan.prompt_len(c, t) - hits_pred[c][t - 1]
+                    for c in CONDITIONS for t in range(1, p["turns"] + 1)]  # fmt: skip
+        longest = max(plan.prompt_len(c, p["turns"]) for c in CONDITIONS)
+        design = calibration_design(computed, longest, p["block_size"])
+        fit = calibrate(model, design, p, ctx)
+        ctx.summary.update({
+            "step_ms": fit.step_ms, "per_token_ms": fit.per_token_ms,
+            "per_pair_ms": fit.per_pair_ms,
+            "calibration": fit.describe(model),
+            "warmup": "discarded, not plotted: the first round of calibration prefills; "
+                      f"each chat point is the median of "
+                      f"{p['repeats']} chats, min … max drawn as error bars",
+        })  # fmt: skip
         chats = {c: [_Chat(model, plan, c, p) for _ in range(p["repeats"])]
                  for c in CONDITIONS}  # fmt: skip
-        _Chat(model, plan, "cache-off", p).turn(1)  # warm-up, discarded
-        hits_pred = {c: predicted_hits(plan, c, p["block_size"]) for c in CONDITIONS}
-        fit: tuple[float, float] | None = None
         for turn in range(1, p["turns"] + 1):
             results = {}
             for condition in CONDITIONS:  # interleaved, so load changes hit all alike
@@ -191,34 +227,27 @@ class PrefixCaching(Lab):
                     ctx.check_cancel()
                     runs.append(chat.turn(turn))
                 results[condition] = runs
-            if fit is None:  # calibrate on turn 1 of the cache-off chats
-                off = results["cache-off"]
-                step_ms = statistics.median(r.decode_step_ms for r in off)
-                per_token = (statistics.median(r.ttft_ms for r in off) - step_ms) / max(
-                    off[0].computed_tokens, 1
-                )
-                fit = (step_ms, max(per_token, 0.0))
-                ctx.summary["step_ms"] = step_ms
-                ctx.summary["ms_per_token"] = fit[1]
             yield from self._points(turn, plan, results, hits_pred, fit, ctx)
 
     def _points(self, turn, plan, results, hits_pred, fit, ctx) -> Iterator[Point]:
-        step_ms, per_token = fit
         for condition, runs in results.items():
             hits = runs[0].hit_tokens
             predicted_hit = hits_pred[condition][turn - 1]
             prompt_len = plan.prompt_len(condition, turn)
-            predicted_ms = step_ms + per_token * (prompt_len - predicted_hit)
-            ttft = statistics.median(r.ttft_ms for r in runs)
+            predicted_ms = fit.ttft_ms(prompt_len - predicted_hit,
+                                       attended_pairs(predicted_hit, prompt_len))  # fmt: skip
+            ttfts = [r.ttft_ms for r in runs]
+            ttft = statistics.median(ttfts)
             extra = {
                 "predicted": predicted_ms,
+                "lo": min(ttfts), "hi": max(ttfts), "repeats": len(ttfts),
                 "prompt_tokens": prompt_len,
                 "prefix_hit_tokens": hits,
                 "predicted_hit_tokens": predicted_hit,
                 "computed_tokens": runs[0].computed_tokens,
                 "block_hits": runs[0].block_hits,
                 "block_misses": runs[0].block_misses,
-            }
+            }  # fmt: skip
             yield Point(condition, turn, ttft, extra)
             yield Point(f"{condition}-predicted", turn, predicted_ms)
             if condition == "cache-on":
@@ -234,10 +263,126 @@ class PrefixCaching(Lab):
         ctx.summary["on_over_off_last_turn"] = on / off if off else None
 
 
+def attended_pairs(hit_tokens: int, prompt_tokens: int) -> float:
+    """(query, key) pairs a prefill attends when it computes tokens hit+1 … prompt, each
+    over itself and every token before it (cached ones included)."""
+    computed = prompt_tokens - hit_tokens
+    return computed * (hit_tokens + prompt_tokens + 1) / 2
+
+
+def calibration_design(computed: list[int], max_prompt: int, block_size: int,
+                       count: int = 4) -> list[tuple[int, int]]:  # fmt: skip
+    """(cached prefix, prompt) pairs the calibration times: `count` cache-off prompts spread
+    over the computed tokens the chats need (from a quarter of the longest when they barely
+    vary), and two short suffixes over a long cached prefix, so the per-token and per-pair
+    costs are told apart (on cache-off prompts alone pairs grow as tokens², near-collinear)."""
+    hi = max(max(computed), 2)
+    lo = min(computed) if hi - min(computed) >= count else max(1, hi // 4)
+    design = {(0, round(lo + (hi - lo) * i / (count - 1))) for i in range(count)}
+    for suffix in (lo, max(lo, (hi - lo) // 2)):  # no longer than the chat's longest prompt
+        prefix = (max_prompt - suffix) // block_size * block_size
+        if prefix >= block_size:
+            design.add((prefix, prefix + suffix))
+    return sorted(design)
+
+
+@dataclass(frozen=True)
+class PrefillFit:
+    """TTFT = step_ms + per_token_ms × computed tokens + per_pair_ms × attended pairs."""
+
+    step_ms: float
+    per_token_ms: float
+    per_pair_ms: float  # 0 when the timings showed no cost per pair
+    design: list[tuple[int, int]]  # (cached prefix, prompt) timed
+    median_ms: list[float]
+
+    def ttft_ms(self, computed_tokens: int, pairs: float) -> float:
+        return self.step_ms + self.per_token_ms * computed_tokens + self.per_pair_ms * pairs
+
+    def describe(self, model) -> str:
+        pair = (f"{self.per_pair_ms * 1e6:.0f} ns per attended pair" if self.per_pair_ms
+                else "no per-pair term (the fit found none)")  # fmt: skip
+        rows = zip(self.design, self.median_ms, strict=True)
+        timed = ", ".join(f"{p - h}{f'+{h} cached' if h else ''}: {m:.2f} ms"
+                          for (h, p), m in rows)  # fmt: skip
+        return (
+            f"prefill timed at (computed tokens: median TTFT) {timed}; fitted "
+            f"{self.step_ms:.2f} ms per step + {self.per_token_ms * 1000:.1f} µs per computed "
+            f"token ({_token_flop_s(model, self.per_token_ms) / 1e9:.1f} GFLOP/s) + {pair}"
+        )
+
+
+def _token_flop_s(model, per_token_ms: float) -> float:
+    """The FLOP rate a per-token cost implies, bound-checked like a measured one."""
+    flops = step_flops(model, 1, 0, 0)  # the layers' matmuls for one token
+    return fitted_rate(per_token_ms / 1000 / flops, "cpu", "prefill cost per token (FLOP/s)")
+
+
+def fit_prefill(design: list[tuple[int, int]], median_ms: list[float]) -> tuple[float, ...]:
+    """Least-squares (a, b, c) of ms = a + b × computed + c × pairs over the timed
+    (cached, prompt) pairs, on relative residuals (a 5 ms prefill fitted as closely as a
+    100 ms one: the chat's cache hits are short); without the pair term when it comes out
+    negative (noise, or no cost per pair to see)."""
+    ms = torch.tensor(median_ms, dtype=torch.float64).unsqueeze(1)
+    cols = torch.tensor([[1.0, p - h, attended_pairs(h, p)] for h, p in design],
+                        dtype=torch.float64)  # fmt: skip
+    weight = 1 / ms.clamp(min=1e-6)  # relative residuals: a short prefill counts as much
+    for k in (3, 2):
+        if len(design) < k:
+            continue
+        coef = torch.linalg.lstsq(cols[:, :k] * weight, ms * weight).solution
+        coef = coef.squeeze(1).tolist()
+        if k == 2 or coef[2] >= 0:
+            return coef[0], coef[1], coef[2] if k == 3 else 0.0
+    raise CalibrationError("Prefill was timed at fewer than 2 lengths; nothing to fit.")
+
+
+def calibrate(model, design: list[tuple[int, int]], p: dict, ctx: RunContext) -> PrefillFit:
+    """Time prefills (TTFT, as the chats measure it) of every (cached prefix, prompt) in
+    `design` on one prefix-caching engine, round-robin so a burst of load hits all alike:
+    one discarded warm-up round, then at least 5 (and p["repeats"]) timed; fit and check."""
+    max_len, bs = model.config.max_position_embeddings, p["block_size"]
+    engine = LLMEngine(model, EngineConfig(
+        block_size=bs, num_blocks=4 * (-(-max_len // bs) + 1), max_model_len=max_len,
+        max_num_seqs=1, max_num_batched_tokens=max_len, enable_prefix_caching=True))  # fmt: skip
+    params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    gen = torch.Generator().manual_seed(3)
+    vocab = model.config.vocab_size
+    prefix = torch.randint(FIRST_TOKEN_ID, vocab, (max_len,), generator=gen).tolist()
+
+    def ttft(cached: int, prompt: int) -> float:
+        # fresh random tokens after the shared prefix: only the prefix can hit
+        fresh = torch.randint(FIRST_TOKEN_ID, vocab, (prompt - cached,), generator=gen)
+        rid = engine.add_request(prefix[:cached] + fresh.tolist(), params)
+        while engine.has_unfinished():
+            engine.step()
+        return engine.metrics(rid)["ttft_ms"]
+
+    rounds: list[list[float]] = []
+    for _ in range(1 + max(5, p["repeats"])):
+        ctx.check_cancel()
+        rounds.append([ttft(h, n) for h, n in design])
+    medians = [statistics.median(col) for col in zip(*rounds[1:], strict=True)]
+    return checked_fit(model, design, medians)
+
+
+def checked_fit(model, design: list[tuple[int, int]], median_ms: list[float]) -> PrefillFit:
+    """PrefillFit of the timings, or CalibrationError when a cost is not physical: a fixed
+    step cost ≤ 0 or a per-token cost outside the FLOP-rate bounds (never clamped)."""
+    a, b, c = fit_prefill(design, median_ms)
+    if not a > 0:
+        raise CalibrationError(
+            f"The fitted fixed cost per prefill step is {a:.3g} ms (it must be positive): the "
+            "short prompts did not take their share of the time, so the timings were "
+            "disturbed. No prediction is drawn; run again on a quieter machine."
+        )
+    _token_flop_s(model, b)  # refuses a non-physical per-token cost
+    return PrefillFit(a, b, c, design, median_ms)
+
+
 @dataclass
 class TurnResult:
     ttft_ms: float
-    decode_step_ms: float
     hit_tokens: int
     block_hits: int
     block_misses: int
@@ -280,10 +425,8 @@ class _Chat:
         after = self.engine.manager.stats()
         metrics = self.engine.metrics(rid)
         self.history += user + self.engine.requests[rid].seq.generated_token_ids
-        decode = [s["ms"] for s in self.engine.step_log[steps_before + 1 :]]
         return TurnResult(
             ttft_ms=metrics["ttft_ms"],
-            decode_step_ms=statistics.median(decode) if decode else 0.0,
             hit_tokens=after["prefix_hit_tokens"] - before["prefix_hit_tokens"],
             block_hits=after["prefix_hits"] - before["prefix_hits"],
             block_misses=after["prefix_misses"] - before["prefix_misses"],

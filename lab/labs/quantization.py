@@ -24,16 +24,21 @@ from lab.engine.model import LlamaModel, weight_bytes
 from lab.engine.quant import quantize_model
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
+from lab.labs.calibration import constants_for
 from lab.labs.common import (
     bundled_model,
     bundled_shape,
     heldout_windows,
     perplexity,
     sync,
-    timed,
     window_nll,
 )
 from lab.labs.formulas import quant_weight_bytes
+
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"weight-mb-predicted": 0}
 
 FORMATS = (("bf16", 16), ("int8", 8), ("int4", 4))
 SKIP = frozenset({"lm_head"})  # quantize_model's default: the logits layer stays bf16
@@ -66,14 +71,6 @@ def predicted_bytes(shape: dict, bits: int, group_size: int) -> float:
     else:
         scales = 0
     return quant_weight_bytes(quant, bits, scales, total - quant, BASE_BYTES)
-
-
-def copy_bandwidth_gbps(device: str, megabytes: int = 64, repeats: int = 3) -> float:
-    """Best-of-N tensor copy, bytes read + written per second (the STREAM convention)."""
-    src = torch.ones(megabytes * 2**20 // 4, device=device)
-    dst = torch.empty_like(src)
-    best = min(timed(lambda: dst.copy_(src), device)[0] for _ in range(repeats))
-    return 2 * src.numel() * 4 / best / 1e9
 
 
 def decode_ms_per_token(model: LlamaModel, prompt: list[int], new_tokens: int) -> float:
@@ -118,7 +115,8 @@ class Quantization(Lab):
         Series("ppl-hard", "perplexity, hardest 10% of windows"),
         Series("weight-mb", "weight MB (measured)", axis="y2"),
         Series("weight-mb-predicted", "weight MB (predicted)", "predicted",
-               predicts="weight-mb", axis="y2", mode="lines"),
+               predicts="weight-mb", axis="y2", mode="lines",
+               claim="exact", band=BANDS["weight-mb-predicted"]),
     )  # fmt: skip
     chart = Chart("bits per weight", "perplexity", y2_title="weight MB")
     time_limit_s = 150
@@ -155,8 +153,18 @@ class Quantization(Lab):
         shape = bundled_shape("target")
         windows = heldout_windows(p["windows"], p["window_tokens"])  # RuntimeError if absent
         prompt = windows[0][:PROMPT_TOKENS].tolist()
-        bandwidth = copy_bandwidth_gbps(ctx.device)
-        ctx.summary["copy_bandwidth_gbps"] = bandwidth
+        # the checked read bandwidth (lab/labs/calibration.py) on a buffer the size of the
+        # bf16 weights, the most a decode step of any format here reads
+        constants = constants_for(ctx.device, torch.bfloat16, weight_bytes(base),
+                                  path=ctx.calibration_path)  # fmt: skip
+        bandwidth = constants.bandwidth_bytes_s / 1e9
+        ctx.summary.update({
+            "constants": constants.describe(uses=("bandwidth",)),
+            "read_bandwidth_gb_s": bandwidth,
+            "warmup": "discarded: a 4-token generation on each format's engine before its "
+                      "decode is timed; ms per token is the median gap over the decode "
+                      "tokens (not a prediction: drawn beside the bandwidth floor)",
+        })  # fmt: skip
         num_hard = max(1, round(HARD_FRACTION * len(windows)))
         hard: list[int] = []
         baseline: dict[str, float] = {}

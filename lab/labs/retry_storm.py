@@ -23,6 +23,11 @@ from lab.engine.server.launch import spawn, wait_idle
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.loadgen import LoadConfig, run
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"offered-bound": 0.05}
+
 POLICIES = ("none", "immediate", "backoff", "budget")
 
 
@@ -70,7 +75,14 @@ class RetryStorm(Lab):
         Series("useful", "Useful load (successful req/s)"),
         Series("goodput", "First-try successes (req/s)"),
         Series(
-            "offered-bound", "Offered-load bound", "predicted", predicts="offered", mode="markers"
+            "offered-bound",
+            "Offered-load bound",
+            "predicted",
+            predicts="offered",
+            mode="markers",
+            claim="bound",
+            band=BANDS["offered-bound"],
+            bound_side="upper",
         ),
     )
     chart = Chart("retry policy (0 none · 1 immediate · 2 backoff · 3 budget)", "requests/s")

@@ -23,6 +23,12 @@ from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_model, bundled_shape, heldout_windows
 from lab.labs.formulas import spec_speedup, spec_tokens_per_step
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"tokens-per-step-predicted": 0.25, "speedup-predicted": 0.25}
+
+REPEATS = 3  # timed pairs per speedup point (median plotted, min … max drawn)
 BATCHES = (4, 16)  # the batch sweep; batch 1 is the main curve
 BATCH_KS = (1, 2, 4, 8)  # k values of the batch sweep (fewer: a batch of 16 is slow on CPU)
 
@@ -94,10 +100,12 @@ class SpeculativeDecoding(Lab):
     series = (
         Series("tokens-per-step", "tokens per target step (batch 1)"),
         Series("tokens-per-step-predicted", "tokens per step, predicted", "predicted",
-               predicts="tokens-per-step", mode="lines"),
+               predicts="tokens-per-step", mode="lines",
+               claim="estimate", band=BANDS["tokens-per-step-predicted"]),
         Series("speedup", "speedup, batch 1", axis="y2"),
         Series("speedup-predicted", "speedup batch 1, predicted", "predicted",
-               predicts="speedup", axis="y2", mode="lines"),
+               predicts="speedup", axis="y2", mode="lines",
+               claim="estimate", band=BANDS["speedup-predicted"]),
         *(Series(f"speedup-b{b}", f"speedup, batch {b}", axis="y2") for b in BATCHES),
     )  # fmt: skip
     chart = Chart("k (draft tokens per round)", "tokens per target step",
@@ -124,16 +132,23 @@ class SpeculativeDecoding(Lab):
         single = [[q] for q in prompts[: p["prompts"]]]
         new, ks = p["new_tokens"], range(1, p["max_k"] + 1)
 
-        decode(target, draft, 1, single[:1], min(new, 8))  # warm-up
+        decode(target, draft, 1, single[:1], min(new, 8))  # warm-up, discarded
+        decode(draft, draft, 0, single[:1], min(new, 8))
         ctx.check_cancel()
-        cost_ratio = step_cost_ratio(target, draft, single, new)
-        ctx.summary["cost_ratio"] = cost_ratio
+        cost_ratio, ratios = step_cost_ratio(target, draft, single, new)
+        ctx.summary.update({
+            "cost_ratio": cost_ratio, "cost_ratio_spread": f"{min(ratios):.3f} … "
+            f"{max(ratios):.3f} over {len(ratios)} timed pairs",
+            "warmup": "discarded, not plotted: a short speculative and a draft-only decode "
+                      f"before any timing; each speedup is the median of {REPEATS} "
+                      "back-to-back (target alone, speculative) pairs, min … max drawn",
+        })  # fmt: skip
 
         alpha1 = None
         mismatches = 0
         for k in ks:
             ctx.check_cancel()
-            base_k, m = paired(target, draft, k, single, new)
+            base_k, m, speedup, spread = repeated(target, draft, k, single, new)
             mismatches += sum(a != b for a, b in zip(m.tokens, base_k.tokens, strict=True))
             if alpha1 is None:  # k = 1: the prediction's alpha; draw the predicted curves
                 alpha1 = m.alpha
@@ -141,7 +156,6 @@ class SpeculativeDecoding(Lab):
                 for j in ks:
                     yield Point("tokens-per-step-predicted", j, spec_tokens_per_step(alpha1, j))
                     yield Point("speedup-predicted", j, spec_speedup(alpha1, j, cost_ratio))
-            speedup = base_k.wall_s / m.wall_s
             yield Point("tokens-per-step", k, m.tokens_per_step, {
                 "predicted": spec_tokens_per_step(alpha1, k), "alpha": m.alpha,
                 "formula_with_this_alpha": spec_tokens_per_step(m.alpha, k),
@@ -150,6 +164,7 @@ class SpeculativeDecoding(Lab):
             })  # fmt: skip
             yield Point("speedup", k, speedup, {
                 "predicted": spec_speedup(alpha1, k, cost_ratio), "cost_ratio": cost_ratio,
+                **spread,
                 "tokens_per_s": m.emitted / m.wall_s,
                 "target_only_tokens_per_s": base_k.emitted / base_k.wall_s,
             })  # fmt: skip
@@ -163,9 +178,9 @@ class SpeculativeDecoding(Lab):
             speedups = {}
             for k in [k for k in BATCH_KS if k <= p["max_k"]]:
                 ctx.check_cancel()
-                base_b, m = paired(target, draft, k, [prompts[:b]], new)
-                speedups[k] = base_b.wall_s / m.wall_s
+                base_b, m, speedups[k], spread = repeated(target, draft, k, [prompts[:b]], new)
                 yield Point(f"speedup-b{b}", k, speedups[k], {
+                    **spread,
                     "alpha": m.alpha, "tokens_per_step": m.tokens_per_step,
                     "tokens_per_s": m.emitted / m.wall_s,
                     "target_only_tokens_per_s": base_b.emitted / base_b.wall_s,
@@ -181,17 +196,30 @@ def paired(
     return decode(target, draft, 0, groups, new), decode(target, draft, k, groups, new)
 
 
+def repeated(
+    target: LlamaModel, draft: LlamaModel, k: int, groups: list[list[list[int]]], new: int
+) -> tuple[Measured, Measured, float, dict]:
+    """REPEATS paired runs: (the last pair, median speedup, its spread for the chart)."""
+    speedups = []
+    for _ in range(REPEATS):
+        base, spec = paired(target, draft, k, groups, new)
+        speedups.append(base.wall_s / spec.wall_s)
+    spread = {"lo": min(speedups), "hi": max(speedups), "repeats": len(speedups)}
+    return base, spec, statistics.median(speedups), spread
+
+
 def step_cost_ratio(
     target: LlamaModel, draft: LlamaModel, groups: list[list[list[int]]], new: int
-) -> float:
+) -> tuple[float, list[float]]:
     """c: seconds of the draft decoding alone / the target decoding alone, same prompts;
-    the median over prompts, each pair timed back to back (the load on a shared machine
-    moves)."""
+    the median over at least REPEATS pairs (prompts taken again when fewer), each pair timed
+    back to back (the load on a shared machine moves). Returns (median, every ratio)."""
+    picks = [groups[i % len(groups)] for i in range(max(REPEATS, len(groups)))]
     ratios = [
         decode(draft, draft, 0, [g], new).wall_s / decode(target, draft, 0, [g], new).wall_s
-        for g in groups
+        for g in picks
     ]
-    return statistics.median(ratios)
+    return statistics.median(ratios), ratios
 
 
 def _best(summary: dict, batch: int, speedups: dict[int, float]) -> None:

@@ -3,10 +3,11 @@
 Both run on the engine with the bundled target's shape (random weights), and both are put
 on one x axis: the tokens one forward step computes. A prefill step computes the whole
 prompt (x = prompt length; its step time is the TTFT); a decode step computes one token per
-running sequence (x = batch size; its step time is the TPOT). Before measuring, the lab
-times a square matmul (FLOP/s) and a read of a buffer as large as the weights (bytes/s) and
-draws the roofline of the bank's expression: max(weight bytes / bandwidth, 2 x params x
-tokens / FLOP/s) per step.
+running sequence (x = batch size; its step time is the TPOT). The device constants
+(lab/labs/calibration.py: GEMM FLOP/s, read bandwidth on a buffer as large as the weights,
+both checked against physical bounds) give a lower bound per step: max(weight bytes /
+bandwidth, the step's FLOPs / FLOP/s), the step's FLOPs counted as in kv-vs-no-cache (the
+LM head only for sampled rows, attention pairs included).
 """
 
 from __future__ import annotations
@@ -20,12 +21,17 @@ from torch import nn
 
 from lab.engine.config import EngineConfig
 from lab.engine.engine import LLMEngine
+from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
-from lab.labs.common import bundled_shape, random_model, timed, torch_dtype
-from lab.labs.formulas import step_roofline_ms
+from lab.labs.calibration import constants_for
+from lab.labs.common import bundled_shape, random_model, torch_dtype
+from lab.labs.formulas import decode_step_flops, step_lower_bound_ms
 
 DECODE_PROMPT_TOKENS = 16  # short prompts: decode attention stays a small part of a step
+# The bounds' noise allowance (lab/labs/verdicts.py): measured may not be faster than the
+# bound by more than this share; more is a bug in the bound.
+BANDS = {"prefill-roofline": 0.2, "decode-roofline": 0.2}
 
 
 def widened_shape(width: int) -> dict:
@@ -43,23 +49,22 @@ def matmul_params(model: nn.Module) -> int:
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
 
-def matmul_flop_s(device: str, dtype: torch.dtype, size: int | None = None) -> float:
-    """Best-of-3 FLOP/s of a square matmul (2·n³ FLOPs): this machine's compute ceiling."""
-    n = size or (8192 if torch.device(device).type == "cuda" else 1024)
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    timed(lambda: a @ b, device)  # warm-up (kernel selection, page faults)
-    best = min(timed(lambda: a @ b, device)[0] for _ in range(3))
-    return 2 * n**3 / best
+def step_flops(model: LlamaModel, tokens: int, pairs: float, sequences: int) -> float:
+    """FLOPs of a step computing `tokens` tokens over `pairs` (query, key) pairs and
+    sampling one row for each of `sequences` sequences."""
+    c = model.config
+    layer = sum(m.weight.numel() for m in model.model.layers.modules() if isinstance(m, nn.Linear))
+    lm_head = model.lm_head.weight.numel()
+    return decode_step_flops(layer, lm_head, c.num_hidden_layers, c.num_attention_heads,
+                             c.head_dim, tokens, pairs, sequences)  # fmt: skip
 
 
-def read_bandwidth_bytes_s(num_bytes: int, device: str) -> float:
-    """Best-of-3 bytes/s of summing a buffer of `num_bytes` (a read-only stream, as a decode
-    step streams the weights)."""
-    buf = torch.ones(max(num_bytes // 4, 1), dtype=torch.float32, device=device)
-    timed(buf.sum, device)
-    best = min(timed(buf.sum, device)[0] for _ in range(3))
-    return buf.numel() * 4 / best
+def prefill_flops(model: LlamaModel, prompt: int) -> float:
+    return step_flops(model, prompt, prompt * (prompt + 1) / 2, 1)
+
+
+def decode_flops(model: LlamaModel, batch: int, context: float) -> float:
+    return step_flops(model, batch, batch * context, batch)
 
 
 def doubling(start: int, stop: int) -> list[int]:
@@ -77,10 +82,12 @@ class TwoPhase(Lab):
     summary = (
         "One forward step of the engine, timed two ways: a prefill of P prompt tokens (its "
         "time is the TTFT) and a decode step of a batch of B sequences, one token each (its "
-        "time is the TPOT). Both sit on one axis, tokens computed in the step. The roofline "
-        "drawn first comes from two quick calibrations on this machine, a matmul (FLOP/s) "
+        "time is the TPOT). Both sit on one axis, tokens computed in the step. The lower "
+        "bound drawn first comes from this machine's checked constants, a matmul (FLOP/s) "
         "and a read of a weight-sized buffer (bytes/s): a step costs at least the time to "
-        "stream the weights once, and at least 2 × params × tokens FLOPs. Look for the flat "
+        "stream the weights once, and at least its FLOPs (2 per weight per token, the LM "
+        "head once per sampled row, attention per pair) at the matmul rate. Warm-up steps "
+        "are discarded; each point is the median of the repeats. Look for the flat "
         "memory-bound floor at small token counts, the compute-bound slope beyond the ridge, "
         "and how far above the roofline a small model's per-step overhead keeps decode."
     )
@@ -94,21 +101,27 @@ class TwoPhase(Lab):
               help="multiplies hidden size, MLP size and heads of the bundled shape "
                    "(weights ~width²); 4 makes the weights outgrow a CPU's cache"),
         Param("dtype", "Weights dtype", "choice", "fp32", choices=("fp32", "bf16", "fp16")),
-        Param("repeats", "Timings per point", "int", 5, min=1, max=10,
-              help="prefills per prompt length and decode steps per batch; the median is "
-                   "plotted"),
+        Param("repeats", "Timings per point", "int", 5, min=3, max=10,
+              help="prefills per prompt length and decode steps per batch, after a "
+                   "discarded warm-up; the median is plotted, the spread drawn"),
     )  # fmt: skip
     series = (
         Series("prefill", "Prefill step (TTFT), measured"),
-        Series("prefill-roofline", "Prefill roofline", "predicted", predicts="prefill",
-               mode="lines"),
+        Series("prefill-roofline", "Prefill lower bound (roofline)", "predicted",
+               predicts="prefill", mode="lines", claim="bound",
+               band=BANDS["prefill-roofline"]),
         Series("decode", "Decode step (TPOT), measured"),
-        Series("decode-roofline", "Decode roofline", "predicted", predicts="decode",
-               mode="lines"),
+        Series("decode-roofline", "Decode lower bound (roofline)", "predicted",
+               predicts="decode", mode="lines", claim="bound",
+               band=BANDS["decode-roofline"]),
     )  # fmt: skip
     chart = Chart("tokens computed in one step (prompt length or batch size)",
                   "ms per step", x_type="log", y_type="log")  # fmt: skip
     time_limit_s = 180
+
+    def miss_cause(self, series: str) -> str:
+        return ("the device constants were measured slower than this run's steps (under "
+                "load, see their line), or the bound counts work the step skips")  # fmt: skip
 
     def check(self, params: dict) -> dict[str, str]:
         # prefill work grows as width² x tokens: keep wide models to prompts that run in seconds
@@ -124,19 +137,30 @@ class TwoPhase(Lab):
         dtype_bytes = torch.empty(0, dtype=dtype).element_size()
         n_params = matmul_params(model)
         weight_bytes = n_params * dtype_bytes
-        flop_s = matmul_flop_s(ctx.device, dtype)
-        bandwidth = read_bandwidth_bytes_s(weight_bytes, ctx.device)
+        constants = constants_for(ctx.device, dtype, weight_bytes, path=ctx.calibration_path)
+        flop_s, bandwidth = constants.flop_s, constants.bandwidth_bytes_s
+        ctx.summary["constants"] = constants.describe()
+        ctx.summary["warmup"] = (
+            "discarded, not plotted: one prefill per prompt length and the first decode step "
+            f"of each batch; each point is the median of {p['repeats']} timings, min … max "
+            "drawn")  # fmt: skip
         ctx.check_cancel()
+        context = DECODE_PROMPT_TOKENS + 1  # the middle decode step's attended keys, about
 
-        def roofline(tokens: int) -> float:
-            return step_roofline_ms(n_params, dtype_bytes, bandwidth, flop_s, tokens)
+        def prefill_bound(tokens: int) -> float:
+            return step_lower_bound_ms(weight_bytes, bandwidth, prefill_flops(model, tokens),
+                                       flop_s)  # fmt: skip
+
+        def decode_bound(batch: int) -> float:
+            return step_lower_bound_ms(weight_bytes, bandwidth,
+                                       decode_flops(model, batch, context), flop_s)  # fmt: skip
 
         prompts = doubling(16, p["max_prompt_tokens"])
         batches = doubling(1, p["max_batch"])
         for x in prompts:
-            yield Point("prefill-roofline", x, roofline(x))
+            yield Point("prefill-roofline", x, prefill_bound(x))
         for x in batches:
-            yield Point("decode-roofline", x, roofline(x))
+            yield Point("decode-roofline", x, decode_bound(x))
         ridge = flop_s / bandwidth  # FLOP per byte where compute time = memory time
         ctx.summary.update({
             "matmul_gflop_s": flop_s / 1e9, "read_bandwidth_gb_s": bandwidth / 1e9,
@@ -146,14 +170,14 @@ class TwoPhase(Lab):
         })  # fmt: skip
 
         prefill: dict[int, float] = {}
-        for x, point in self._prefill(ctx, model, prompts, roofline):
+        for x, point in self._prefill(ctx, model, prompts, prefill_bound):
             prefill[x] = point.y
             yield point
         decode: dict[int, float] = {}
-        for x, point in self._decode(ctx, model, batches, roofline):
+        for x, point in self._decode(ctx, model, batches, decode_bound):
             decode[x] = point.y
             yield point
-        self._summarise(ctx, prompts, batches, prefill, decode, roofline)
+        self._summarise(ctx, prompts, batches, prefill, decode, prefill_bound, decode_bound)
 
     def _prefill(self, ctx, model, prompts, roofline) -> Iterator[tuple[int, Point]]:
         """One request per prompt length; the step that prefills it also samples its first
@@ -172,15 +196,17 @@ class TwoPhase(Lab):
             engine.step()
             return engine.step_log[-1]["ms"], engine.metrics(rid)["ttft_ms"]
 
-        one(prompts[0])  # warm-up: first-call allocations
         for n in prompts:
+            one(n)  # warm-up per shape, discarded: first-call allocations and kernel choice
             runs = []
             for _ in range(ctx.params["repeats"]):
                 runs.append(one(n))
                 ctx.check_cancel()
             ms, ttft = (statistics.median(r[i] for r in runs) for i in (0, 1))
+            steps = [r[0] for r in runs]
             extra = {"predicted": roofline(n), "ttft_ms": ttft, "tokens_per_s": n / ms * 1000,
-                     "roofline_fraction": roofline(n) / ms}  # fmt: skip
+                     "roofline_fraction": roofline(n) / ms, "lo": min(steps),
+                     "hi": max(steps), "repeats": len(steps)}  # fmt: skip
             yield n, Point("prefill", n, ms, extra)
 
     def _decode(self, ctx, model, batches, roofline) -> Iterator[tuple[int, Point]]:
@@ -190,10 +216,10 @@ class TwoPhase(Lab):
         weight_bytes = matmul_params(model) * model.dtype.itemsize
         gen = torch.Generator().manual_seed(1)
         vocab = model.config.vocab_size
-        params = SamplingParams(max_tokens=repeats + 1, temperature=0, ignore_eos=True)
+        params = SamplingParams(max_tokens=repeats + 2, temperature=0, ignore_eos=True)
         for b in batches:
             engine = LLMEngine(model, EngineConfig(
-                max_model_len=DECODE_PROMPT_TOKENS + repeats + 2, max_num_seqs=b,
+                max_model_len=DECODE_PROMPT_TOKENS + repeats + 3, max_num_seqs=b,
                 max_num_batched_tokens=b * DECODE_PROMPT_TOKENS,
                 enable_prefix_caching=False))  # fmt: skip
             ids = [
@@ -206,26 +232,28 @@ class TwoPhase(Lab):
             while engine.has_unfinished():
                 engine.step()
                 ctx.check_cancel()
-            steps = [s["ms"] for s in engine.step_log
-                     if s["prefill_tokens"] == 0 and s["num_seqs"] == b]  # fmt: skip
+            steps = [
+                s["ms"] for s in engine.step_log if s["prefill_tokens"] == 0 and s["num_seqs"] == b
+            ][1:]  # 1st: warm-up
             ms = statistics.median(steps)
             tpot = [engine.metrics(i)["tpot_ms"] for i in ids]
             extra = {"predicted": roofline(b), "tpot_ms": statistics.fmean(t for t in tpot if t),
                      "tokens_per_s": b / ms * 1000, "roofline_fraction": roofline(b) / ms,
                      "weight_gb_s_achieved": weight_bytes / ms / 1e6,
-                     "steps_timed": len(steps)}  # fmt: skip
+                     "lo": min(steps), "hi": max(steps), "repeats": len(steps)}  # fmt: skip
             yield b, Point("decode", b, ms, extra)
 
-    def _summarise(self, ctx, prompts, batches, prefill, decode, roofline) -> None:
+    def _summarise(self, ctx, prompts, batches, prefill, decode, prefill_bound,
+                   decode_bound) -> None:  # fmt: skip
         longest, widest = prompts[-1], batches[-1]
         ctx.summary.update({
             "ttft_ms_longest_prompt": prefill[longest],
             "prefill_tokens_per_s": longest / prefill[longest] * 1000,
-            "prefill_roofline_fraction": roofline(longest) / prefill[longest],
+            "prefill_roofline_fraction": prefill_bound(longest) / prefill[longest],
             "tpot_ms_batch_1": decode[1],
             "tpot_ms_largest_batch": decode[widest],
             "decode_tokens_per_s_largest_batch": widest / decode[widest] * 1000,
-            "decode_roofline_fraction_batch_1": roofline(1) / decode[1],
+            "decode_roofline_fraction_batch_1": decode_bound(1) / decode[1],
             "decode_weight_gb_s_achieved_batch_1": ctx.summary["weight_mb"] / decode[1],
             "tpot_growth_1_to_largest_batch": decode[widest] / decode[1],
             "ttft_growth_16_to_longest_prompt": prefill[longest] / prefill[prompts[0]],

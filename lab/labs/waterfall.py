@@ -21,6 +21,11 @@ from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.latency_vs_load import rates
 from lab.loadgen import LoadConfig, run
 
+# What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
+# band an estimate or a bound's noise allowance may use. One place, re-checked after
+# engine work.
+BANDS = {"server-total": 0.05}
+
 
 class Waterfall(Lab):
     slug = "waterfall"
@@ -46,7 +51,13 @@ class Waterfall(Lab):
         *(Series(hop, f"{hop} (mean ms)", mode="bar") for hop in HOPS),
         Series("client-e2el", "client E2EL (mean ms, measured)"),
         Series(
-            "server-total", "sum of the hops", "predicted", predicts="client-e2el", mode="lines"
+            "server-total",
+            "sum of the hops",
+            "predicted",
+            predicts="client-e2el",
+            mode="lines",
+            claim="bound",
+            band=BANDS["server-total"],
         ),
     )
     chart = Chart("offered request rate (req/s)", "ms per request (mean)")

@@ -28,6 +28,9 @@ document.addEventListener("DOMContentLoaded", () => {
       name: s.label, type: "scatter", mode: s.mode, x: [], y: [],
       yaxis: s.axis === "y2" ? "y2" : "y",
       line: s.kind === "predicted" ? { dash: "dash" } : {},
+      // the spread of a point's repeats (extra.lo .. extra.hi) as error bars
+      error_y: s.kind === "measured"
+        ? { type: "data", symmetric: false, array: [], arrayminus: [], visible: true } : undefined,
     }));
   const chart = page.lab.chart;
   const layout = {
@@ -43,6 +46,7 @@ document.addEventListener("DOMContentLoaded", () => {
   Plotly.newPlot(chartDiv, traces, layout, { displayModeBar: false, responsive: true });
 
   let pending = {}; // trace index -> {x: [], y: []}
+  const spread = {}; // trace index -> {plus: [], minus: []}, redrawn with the traces
   const add = (p, isMeasurement) => {
     if (!(p.series in index)) return;
     data[p.series].push(p);
@@ -50,6 +54,13 @@ document.addEventListener("DOMContentLoaded", () => {
     (pending[i] = pending[i] || { x: [], y: [] });
     pending[i].x.push(p.x);
     pending[i].y.push(p.y);
+    if (traces[i].error_y) {
+      const e = (spread[i] = spread[i] || { plus: [], minus: [] });
+      const lo = p.extra && typeof p.extra.lo === "number" ? p.extra.lo : p.y;
+      const hi = p.extra && typeof p.extra.hi === "number" ? p.extra.hi : p.y;
+      e.plus.push(Math.max(hi - p.y, 0));
+      e.minus.push(Math.max(p.y - lo, 0));
+    }
     if (isMeasurement) {
       state.lastSeq = Math.max(state.lastSeq, p.seq);
       state.drawn += 1;
@@ -62,6 +73,13 @@ document.addEventListener("DOMContentLoaded", () => {
     const seqs = pendingSeqs;
     Plotly.extendTraces(chartDiv, { x: idx.map((i) => pending[i].x), y: idx.map((i) => pending[i].y) }, idx)
       .then(() => {
+        const withSpread = idx.filter((i) => spread[i]);
+        if (withSpread.length) {
+          Plotly.restyle(chartDiv, {
+            "error_y.array": withSpread.map((i) => spread[i].plus),
+            "error_y.arrayminus": withSpread.map((i) => spread[i].minus),
+          }, withSpread);
+        }
         const now = Date.now();
         for (const seq of seqs) timing[seq][2] = now;
       });
@@ -134,16 +152,37 @@ document.addEventListener("DOMContentLoaded", () => {
     err.textContent = s.error || "";
     err.hidden = !s.error;
     const done = ["done", "failed", "cancelled"].includes(s.status);
+    // A cancel asked for and not yet honoured stays visible, across reloads too.
+    if (s.status === "running" && s.cancel_requested) el.textContent = "Cancelling…";
     document.getElementById("cancel-run").hidden = done;
-    if (done && s.summary && Object.keys(s.summary).length) {
+    // The constants the prediction uses, as soon as the worker measured them.
+    if (s.constants) {
+      const line = document.getElementById("run-constants");
+      line.querySelector("span").textContent = s.constants;
+      line.hidden = false;
+    }
+    // Formatted by the server (lab/summary_format.py): the same text as after a reload;
+    // while running it holds what was measured before the points (constants, warm-up).
+    if (s.summary_rows && s.summary_rows.length) {
       document.querySelector("#summary-table tbody").replaceChildren(
-        ...Object.entries(s.summary).map(([k, v]) => row([k, fmt(v)], true)));
+        ...s.summary_rows.map(([k, v]) => row([k, v], true)));
+    }
+    if (done && s.verdicts && s.verdicts.length) {
+      document.getElementById("verdicts").replaceChildren(...s.verdicts.map((v) => {
+        const li = document.createElement("li");
+        li.dataset.status = v.status;
+        const name = document.createElement("strong");
+        name.textContent = v.series;
+        li.append(name, ` (${v.claim}): ${v.text}`);
+        return li;
+      }));
     }
   };
 
   for (const p of page.predicted) add(p, false);
   for (const p of page.points) add(p, true);
   flush();
+  showStatus(page.status); // the same text live and after a reload (e.g. "Cancelling…")
   renderTable();
   const timer = setInterval(flush, 200);
 

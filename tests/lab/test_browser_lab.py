@@ -79,6 +79,9 @@ def test_kv_growth_lab_streams_to_the_chart_and_survives_a_reload(
         ".reduce((n, t) => n + t.x.length, 0)"
     )
     assert measured == total  # the measured traces hold exactly the run's points
+    # a verdict per predicted series, from the real worker's run
+    expect(page.locator("#verdicts")).to_contain_text("mha-predicted (exact): matched exactly")
+    page.locator("#points-details summary").click()  # the point table is folded away
     rows = page.locator("#mvp-table tbody tr")
     expect(rows.first).to_contain_text("MHA measured")
     ratios = page.locator("#mvp-table tbody tr td:nth-child(5)").all_inner_texts()

@@ -7,7 +7,14 @@ import math
 import pytest
 
 from lab.labs.base import LabCancelled, LabParamError, RunContext
-from lab.labs.batching import LAB, continuous_schedule, percentile, static_schedule, workload
+from lab.labs.batching import (
+    LAB,
+    continuous_schedule,
+    percentile,
+    static_schedule,
+    step_cost_problem,
+    workload,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -72,6 +79,14 @@ def test_run_measures_what_the_workload_predicts():
     predicted = LAB.predict(LAB.clean(TINY))
     assert {p.series for p in predicted} == {"static-predicted", "continuous-predicted"}
     assert max(p.x for p in predicted if p.series == "static-predicted") == batch_max
+    assert "discarded" in s["warmup"]
+
+
+def test_a_disturbed_step_cost_is_refused_not_clamped():
+    assert step_cost_problem(0.002, 0.0005, 0.001) == ""
+    assert step_cost_problem(0.002, 0.0, 0.0) == ""  # a weights-bound step: b may be 0
+    for bad in ((0.002, -0.0005, 0.001), (-0.001, 0.0005, 0.001), (0.002, 0.0005, -0.001)):
+        assert "not physical" in step_cost_problem(*bad)
 
 
 def test_run_stops_when_cancelled():

@@ -23,7 +23,13 @@ FROM_BANK = {
     "PAGED_WASTE": "paged-attention.yaml",
 }
 # Lab-only formulas (the bank has no such step); each is checked numerically below.
-LAB_ONLY = {"ATTN_TILE_PER_LAYER", "DECODE_STEP_FLOPS", "PREFIX_HIT_TOKENS", "QUANT_WEIGHT_BYTES"}
+LAB_ONLY = {
+    "ATTN_TILE_PER_LAYER",
+    "DECODE_STEP_FLOPS",
+    "STEP_LOWER_BOUND",
+    "PREFIX_HIT_TOKENS",
+    "QUANT_WEIGHT_BYTES",
+}
 
 
 def test_every_formula_is_accounted_for():
@@ -61,3 +67,7 @@ def test_values():
     )
     flops = formulas.decode_step_flops(100, 10, 2, 4, 8, 3, 50)
     assert math.isclose(flops, 2 * 100 * 3 + 2 * 10 + 4 * 2 * 4 * 8 * 50)
+    rows = formulas.decode_step_flops(100, 10, 2, 4, 8, 3, 50, sampled_rows=3)
+    assert math.isclose(rows, flops + 2 * 10 * 2)  # the LM head once per sampled row
+    assert formulas.step_lower_bound_ms(4e6, 40e9, 1e9, 50e9) == pytest.approx(20.0)
+    assert formulas.step_lower_bound_ms(4e6, 40e9, 1e3, 50e9) == pytest.approx(0.1)

@@ -32,6 +32,8 @@ def test_a_short_sweep_measures_every_series():
     points = list(LAB.run(ctx))
     assert {p.series for p in points} == {s.name for s in LAB.series}
     assert ctx.summary["capacity_req_s"] > 0
+    assert "3 closed loops" in ctx.summary["capacity_spread"]
+    assert "unrecorded requests" in ctx.summary["warmup"]
     for p in points:
         assert p.x in (2.0, 4.0) and p.y > 0
         if p.series == "throughput":

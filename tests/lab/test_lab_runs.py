@@ -47,6 +47,44 @@ class Failing(Lab):
         raise RuntimeError("the engine ran out of blocks at step 3")
 
 
+class Calibrated(Lab):
+    slug = "test-calibrated"
+    title = "sets its constants, then measures"
+    summary = "test double"
+    topics = ()
+    params = ()
+    series = (Series("s", "s"),)
+    chart = Chart("x", "y")
+
+    def run(self, ctx):
+        ctx.summary["constants"] = "fp32 on a test CPU: read 9.9 GB/s"
+        ctx.summary["warmup"] = "discarded: one call"
+        yield Point("s", 0, 1.0)
+        ctx.summary["ratio"] = 0.5  # not live: only in the final summary
+        yield Point("s", 1, 2.0)
+
+
+def test_the_constants_are_sent_with_the_first_point_not_only_at_the_end(
+    user, redis_settings, monkeypatch
+):
+    monkeypatch.setitem(LABS, Calibrated.slug, Calibrated())
+    run = services.start_run(user, Calibrated.slug, {})
+    assert runner.execute_run(run.pk, "w") == LabRun.Status.DONE
+    entries = [
+        broker.decode_entry(f) for _, f in common.redis.client().xrange(broker.stream_key(run.pk))
+    ]
+    kinds = [kind for kind, _ in entries]
+    first_point = kinds.index("point")
+    live = entries[first_point + 1]  # right after the point that came with them
+    assert live[0] == "status" and live[1]["status"] == LabRun.Status.RUNNING
+    assert live[1]["constants"] == "fp32 on a test CPU: read 9.9 GB/s"
+    assert ["warmup", "discarded: one call"] in live[1]["summary_rows"]
+    # sent once: the second point changed no live line
+    assert kinds[first_point + 2 :].count("status") == 1  # the final one
+    assert entries[-1][1]["summary"]["ratio"] == 0.5
+    assert entries[-1][1]["constants"] == live[1]["constants"]
+
+
 def test_bad_params_are_refused_with_every_reason(user):
     with pytest.raises(LabParamError) as err:
         services.start_run(user, "kv-cache-growth", {"tokens": 9999, "dtype": "int3", "x": 1})

@@ -67,6 +67,11 @@ def test_run_is_lossless_and_the_draft_agrees_on_code():
     assert m1.y == pytest.approx(1 + m1.extra["accepted"] / (params["prompts"] * 8 / m1.y))
     assert {p.x for p in points if p.series == "speedup-b4"} == {1, 2}
     assert ctx.summary["cost_ratio"] > 0
+    assert "3 timed pairs" in ctx.summary["cost_ratio_spread"]
+    assert "discarded" in ctx.summary["warmup"]
+    for p in points:  # every timed point: the median of >= 3 pairs, its spread kept
+        if p.series.startswith("speedup") and not p.series.endswith("predicted"):
+            assert p.extra["lo"] <= p.y <= p.extra["hi"] and p.extra["repeats"] >= 3
 
 
 def test_cancel_stops_the_run():

@@ -4,16 +4,27 @@ prefill time growing with the prompt."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
+from lab.conditions import Meter
 from lab.labs.base import LabCancelled, LabParamError, RunContext
 from lab.labs.common import bundled_shape, random_model
-from lab.labs.two_phase import LAB, doubling, matmul_params, widened_shape
+from lab.labs.two_phase import (
+    DECODE_PROMPT_TOKENS,
+    LAB,
+    decode_flops,
+    doubling,
+    matmul_params,
+    prefill_flops,
+    widened_shape,
+)
+from lab.labs.verdicts import contention, judge, pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TINY = {"max_prompt_tokens": 64, "max_batch": 4, "repeats": 1}
+TINY = {"max_prompt_tokens": 64, "max_batch": 4, "repeats": 3}
 
 
 def test_defaults_clean():
@@ -64,15 +75,20 @@ def test_run_yields_declared_finite_points_on_the_roofline():
     flop_s, bandwidth = s["matmul_gflop_s"] * 1e9, s["read_bandwidth_gb_s"] * 1e9
     weight_bytes = s["weight_mb"] * 1e6
     assert weight_bytes == s["matmul_params"] * 4  # fp32
+    model = random_model(bundled_shape("target"))
     for p in points:
-        if p.series.endswith("roofline"):  # max(weights / bandwidth, 2·params·tokens / FLOP/s)
-            expected = max(weight_bytes / bandwidth, 2 * s["matmul_params"] * p.x / flop_s)
+        if p.series.endswith("roofline"):  # max(weights / bandwidth, step FLOPs / FLOP/s)
+            flops = (prefill_flops(model, p.x) if p.series.startswith("prefill")
+                     else decode_flops(model, p.x, DECODE_PROMPT_TOKENS + 1))  # fmt: skip
+            expected = max(weight_bytes / bandwidth, flops / flop_s)
             assert math.isclose(p.y, expected * 1000, rel_tol=1e-9)
+    assert "GB/s" in s["constants"] and "GFLOP/s" in s["constants"]
     measured = {(p.series, p.x): p for p in points if "roofline" not in p.series}
     assert set(measured) == {("prefill", 16), ("prefill", 32), ("prefill", 64),
                              ("decode", 1), ("decode", 2), ("decode", 4)}  # fmt: skip
     for p in measured.values():
         assert p.extra["predicted"] > 0
+        assert p.extra["lo"] <= p.y <= p.extra["hi"] and p.extra["repeats"] >= 3
     assert measured[("prefill", 64)].extra["ttft_ms"] >= measured[("prefill", 64)].y * 0.99
     assert s["tpot_ms_batch_1"] == measured[("decode", 1)].y
 
@@ -95,3 +111,29 @@ def test_cancel_stops_the_run():
     ctx = RunContext(LAB.clean(TINY), is_cancelled=cancelled)
     with pytest.raises(LabCancelled):
         list(LAB.run(ctx))
+
+
+def test_the_bounds_count_only_the_work_a_step_does():
+    model = random_model(bundled_shape("target"))
+    lm_head = model.lm_head.weight.numel()
+    linear = matmul_params(model)
+    # a prefill samples one row: the LM head once, not once per prompt token (the old
+    # 2·params·tokens overstated a 512-token prefill and measured "beat" the bound)
+    assert prefill_flops(model, 512) < 2 * linear * 512
+    assert prefill_flops(model, 512) > 2 * (linear - lm_head) * 512
+    # decode samples every sequence; prefill work is at least linear in the prompt
+    assert decode_flops(model, 8, 17) > 8 * 2 * lm_head
+    per_token = [prefill_flops(model, n) / n for n in (16, 64, 256, 1024)]
+    assert per_token == sorted(per_token)
+
+
+def test_a_small_run_respects_its_bounds_within_twice_the_noise_band():
+    meter = Meter.start()
+    _, points = run_tiny(max_prompt_tokens=128, max_batch=8)
+    contended = contention(meter.end_record())
+    for name, rows in pairs(LAB, points).items():
+        series = LAB.series_by_name()[name]
+        verdict = judge(replace(series, band=2 * series.band), rows, contended)
+        assert verdict.status in (("held", "inconclusive") if contended else ("held",)), (
+            verdict.text
+        )
