@@ -109,6 +109,7 @@ lab_catalog                                   GET     login  200    200    200  
 lab_my_runs                                   GET     login  200    200    200    200    200
 lab_queue                                     GET     login  403    403    403    403    200
 lab_run                                       GET     login  200    404    404    404    200
+lab_run_points_csv                            GET     login  200    404    404    404    200
 lab_run_events                                GET     403    200    404    404    404    200
 lab_run_cancel                                GET     login  405    405    405    405    405
 lab_run_cancel                                POST    login  302    404    404    404    302
@@ -340,7 +341,7 @@ def url_kwargs(key: str, route: str, o: dict) -> dict:
         return {"slug": o["scenario"].slug}
     if key == "questions:topic":
         return {"slug": o["topic"].slug}
-    if key in {"lab_run", "lab_run_events", "lab_run_cancel"}:
+    if key in {"lab_run", "lab_run_events", "lab_run_cancel", "lab_run_points_csv"}:
         return {"run_id": o["run"].pk}
     if key == "lab_form":
         return {"slug": "kv-cache-growth"}
