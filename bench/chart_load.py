@@ -4,7 +4,8 @@
 
 For each page (progress, a finished lab run if the demo learner has one, a mock loop) and each
 round, a fresh browser context (empty cache, as a first visit) loads the page and waits until
-every chart on it has drawn (plotly's .main-svg). Two ways side by side, alternating:
+every chart on it has drawn (plotly's .main-svg); "warm" loads it a second time in a context
+that has just loaded it (caches filled, as on a learner's next visit). Two ways side by side, alternating:
 - ours: what the server sends now (plotly's basic bundle, brotli when the browser accepts it);
 - before: the same page with the plotly script answered by the full 4.8 MB bundle the
   `plotly` package ships, uncompressed — what `make run` sent before issue 22 (the route is
@@ -63,8 +64,10 @@ def main(argv: list[str] | None = None) -> None:
             pages.append(loop.get_attribute("href"))
         login.close()
 
-        def load(url: str, way: str) -> float:
+        def load(url: str, way: str, warm: bool = False) -> float:
             context = browser.new_context(storage_state=state)
+            if warm:  # a learner's next visit: the same browser, plotly already fetched
+                context.new_page().goto(base + url)
             if way == "before":
                 context.route(
                     "**/static/vendor/plotly-basic.min.js",
@@ -102,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             for url in pages:
                 for way in ("before", "ours"):
                     times.setdefault((url, way), []).append(load(url, way))
+                times.setdefault((url, "ours warm"), []).append(load(url, "ours", warm=True))
         browser.close()
     now = datetime.datetime.now().isoformat(timespec="seconds")
     print(
@@ -109,20 +113,27 @@ def main(argv: list[str] | None = None) -> None:
         f"{os.getloadavg()[0]:.1f}; plotly on the wire: ours "
         f"{sizes.get('ours', 0) / 1024:,.0f} KiB, before {len(full) / 1024:,.0f} KiB\n"
     )
-    print("| page | before: median ms | ours: median ms | ours: max ms | ours / before | target |")
-    print("|---|---|---|---|---|---|")
-    worst = 0.0
+    print(
+        "| page | before: median ms | ours, cold: median ms | ours, cold: max ms | "
+        "ours / before | ours, warm: median ms | target |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    worst = worst_warm = 0.0
     for url in pages:
         before, ours = times[(url, "before")], times[(url, "ours")]
+        warm = times[(url, "ours warm")]
         worst = max(worst, statistics.median(ours))
+        worst_warm = max(worst_warm, statistics.median(warm))
         print(
             f"| {url} | {statistics.median(before):.0f} | {statistics.median(ours):.0f} | "
             f"{max(ours):.0f} | {statistics.median(ours) / statistics.median(before):.2f} | "
-            f"≤ {TARGET_MS} |"
+            f"{statistics.median(warm):.0f} | ≤ {TARGET_MS} |"
         )
-    verdict = "meets" if worst <= TARGET_MS else "misses"
+    cold = "meets" if worst <= TARGET_MS else "misses"
+    hot = "meets" if worst_warm <= TARGET_MS else "misses"
     print(
-        f"\nCold-cache load until every chart drew; the slowest page's median {verdict} the target."
+        f"\nLoad until every chart drew. Cold cache (first visit): the slowest page's median "
+        f"{cold} the target; warm (the next visit in the same browser): {hot} it."
     )
 
 
