@@ -222,6 +222,12 @@ class KVvsNoCache(Lab):
                 flop_ms = cost_ms(mode, x)
                 if mode not in overhead_ms:  # the only fitted number: first point's overhead
                     overhead_ms[mode] = max(y - flop_ms, 0.0)
+                    if y < flop_ms:  # said in the summary, never silently floored
+                        ctx.summary[f"{mode}_overhead_note"] = (
+                            f"the first point ran {flop_ms - y:.3g} ms under its FLOP cost "
+                            "alone, so the fixed overhead is taken as 0 (the fitted rate is "
+                            "pessimistic at this length)"
+                        )
                     yield from self._predicted(ctx, mode, overhead_ms[mode], cost_ms)
                 extra = {
                     "predicted": overhead_ms[mode] + flop_ms,
