@@ -1,0 +1,429 @@
+"""Long-context admission: what a few 100k–200k-token requests do to a fleet serving short
+chats, under four admission policies side by side.
+
+Step costs are MEASURED on this worker: the bundled model's prefill steps at 4 lengths and
+decode steps at 6 (batch, context) points, timed in turns with a discarded warm-up round,
+medians of >= 5, fitted as ms = a + b × prefill tokens + d × decoding sequences + e ×
+context tokens they attend. The fleet is SIMULATED with those costs (lab/labs/fleet_sim.py):
+the tiny model's per-token costs are extrapolated linearly to 200k tokens (its own context
+is 512), so absolute seconds are this CPU's; the ratios between policies carry over.
+
+Predicted: the KV-capacity arithmetic (exact) — how many short sequences one long request
+displaces from a replica, floor(B / s) − floor((B − l) / s) in blocks (B the replica's
+budget, s and l a short's and the long's K/V at their largest) — against the simulator's
+own admission counting it; and (estimate) the short requests' mean queueing delay under
+fifo: an arrival waits out the residual of the step in progress, so the mean wait is
+Σ step² / (2 × elapsed) (the inspection paradox), with the step durations taken from the
+calibrated costs and the arrival trace — the long prefills (the stall), the catch-up
+prefill of the shorts queued behind one, the shorts' own prefills and the decode steps at
+the Little's-law batch size — not from the simulation.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import torch
+
+from lab.engine.config import EngineConfig
+from lab.engine.engine import LLMEngine
+from lab.engine.sampler import SamplingParams
+from lab.labs import fleet_sim as fs
+from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
+from lab.labs.calibration import CalibrationError, fitted_rate, round_robin
+from lab.labs.common import bundled_shape, random_model
+from lab.labs.two_phase import step_flops
+
+BANDS = {"displaced-predicted": 0, "wait-fifo-predicted": 0.25}
+PREFILL_LENGTHS = (64, 192, 320, 448)
+DECODE_POINTS = ((1, 64), (1, 384), (8, 64), (8, 384), (32, 64), (32, 384))
+REPEATS = 5
+SAMPLES = 30  # points per policy over the horizon
+WALL_LIMIT_S = 40.0  # all four simulations together
+MAX_SHORT_TOKENS = 2_000_000  # decoded short tokens a run may simulate (rate × horizon × output)
+
+
+@dataclass(frozen=True)
+class CostFit:
+    cost: fs.StepCost
+    prefill_ms: list[float]
+    decode_ms: list[float]
+    worst_residual: float  # largest |fit / timed − 1| over the timed points
+
+    def describe(self, model) -> str:
+        c = self.cost
+        pf = ", ".join(f"{n}: {m:.2f} ms" for n, m in zip(PREFILL_LENGTHS, self.prefill_ms,
+                                                         strict=True))  # fmt: skip
+        dc = ", ".join(f"{b}×{n}: {m:.2f} ms" for (b, n), m in zip(DECODE_POINTS, self.decode_ms,
+                                                                  strict=True))  # fmt: skip
+        return (
+            f"step cost MEASURED on this worker's model — prefill (tokens: median) {pf}; "
+            f"decode (batch×context: median) {dc}; fitted {c.fixed_ms:.2f} ms per step + "
+            f"{c.prefill_token_ms * 1000:.1f} µs per prefill token "
+            f"({_token_flop_s(model, c.prefill_token_ms) / 1e9:.1f} GFLOP/s) + "
+            f"{c.decode_seq_ms * 1000:.1f} µs per decoding sequence + "
+            f"{c.context_token_ms * 1e6:.1f} ns per context token; worst fit residual "
+            f"{self.worst_residual:.0%}; extrapolated linearly to 200k-token prompts"
+        )
+
+
+def _token_flop_s(model, per_token_ms: float) -> float:
+    flops = step_flops(model, 1, 0, 0)
+    return fitted_rate(per_token_ms / 1000 / flops, "cpu", "prefill cost per token (FLOP/s)")
+
+
+def fit_step_cost(prefill_ms: list[float], decode_ms: list[float]) -> tuple[float, ...]:
+    """Least squares (a, b, d, e) of ms = a + b × prefill tokens + d × batch + e × batch ×
+    context over the timed steps, on relative residuals; without e when it comes out
+    negative (no cost per context token to see)."""
+    rows = [[1.0, n, 0.0, 0.0] for n in PREFILL_LENGTHS]
+    rows += [[1.0, 0.0, b, b * n] for b, n in DECODE_POINTS]
+    ms = torch.tensor(prefill_ms + decode_ms, dtype=torch.float64).unsqueeze(1)
+    cols = torch.tensor(rows, dtype=torch.float64)
+    weight = 1 / ms.clamp(min=1e-6)
+    for k in (4, 3):
+        coef = torch.linalg.lstsq(cols[:, :k] * weight, ms * weight).solution.squeeze(1).tolist()
+        if k == 3 or coef[3] >= 0:
+            return coef[0], coef[1], coef[2], coef[3] if k == 4 else 0.0
+    raise AssertionError("unreachable")
+
+
+def checked_cost(model, prefill_ms: list[float], decode_ms: list[float]) -> CostFit:
+    """The fitted StepCost, or CalibrationError when a cost is not physical (never clamped)."""
+    a, b, d, e = fit_step_cost(prefill_ms, decode_ms)
+    if not a > 0:
+        raise CalibrationError(
+            f"The fitted fixed cost per step is {a:.3g} ms (it must be positive): the short "
+            "steps did not take their share of the time, so the timings were disturbed. No "
+            "prediction is drawn; run again on a quieter machine.")
+    if not d > 0:
+        raise CalibrationError(
+            f"The fitted cost per decoding sequence is {d:.3g} ms (it must be positive): the "
+            "larger batches did not take longer, so the timings were disturbed. No "
+            "prediction is drawn; run again on a quieter machine.")
+    _token_flop_s(model, b)  # refuses a non-physical per-token cost
+    cost = fs.StepCost(a, b, d, e)
+    fitted = [cost.step_ms(n, 0, 0) for n in PREFILL_LENGTHS]
+    fitted += [cost.step_ms(0, bb, bb * n) for bb, n in DECODE_POINTS]
+    worst = max(abs(f / m - 1) for f, m in zip(fitted, prefill_ms + decode_ms, strict=True))
+    return CostFit(cost, prefill_ms, decode_ms, worst)
+
+
+def calibrate(model, ctx: RunContext) -> CostFit:
+    """Time prefill steps (batch 1) and decode steps (batch × context) of this model on the
+    engine, in turns, one warm-up round discarded, the median of REPEATS kept."""
+    gen = torch.Generator().manual_seed(5)
+    vocab = model.config.vocab_size
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(3, vocab, (n,), generator=gen).tolist()
+
+    fns, logs = [], []
+    for n in PREFILL_LENGTHS:
+        engine = LLMEngine(model, EngineConfig(max_num_seqs=1, max_model_len=512,
+                                               max_num_batched_tokens=512,
+                                               enable_prefix_caching=False))  # fmt: skip
+        one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+
+        def prefill(engine=engine, n=n, one=one):
+            engine.add_request(ids(n), one)
+            engine.step()
+
+        fns.append(prefill)
+        logs.append(engine.step_log)
+    for b, n in DECODE_POINTS:
+        steps = REPEATS + 4
+        engine = LLMEngine(model, EngineConfig(
+            max_num_seqs=b, max_model_len=512, max_num_batched_tokens=512,
+            num_blocks=b * (-(-(n + steps + 2) // 16)), enable_prefix_caching=False))  # fmt: skip
+        params = SamplingParams(temperature=0, max_tokens=steps + 2, ignore_eos=True)
+        for _ in range(b):
+            engine.add_request(ids(n), params)
+        while any(not st.seq.generated_token_ids for st in engine.requests.values()):
+            ctx.check_cancel()
+            engine.step()  # the prefills; the decode steps are what is timed
+        fns.append(engine.step)
+        logs.append(engine.step_log)
+    ctx.check_cancel()
+    round_robin(fns, ctx.device, REPEATS, warmup=1)
+    medians = [statistics.median(e["ms"] for e in log[-REPEATS:]) for log in logs]
+    return checked_cost(model, medians[: len(PREFILL_LENGTHS)], medians[len(PREFILL_LENGTHS):])
+
+
+# predictions -------------------------------------------------------------------------------
+def displaced_shorts(kv_tokens: int, block_size: int, short_kv_tokens: int,
+                     long_kv_tokens: int) -> int:  # fmt: skip
+    """Short sequences one long request displaces from a replica: floor(B / s) −
+    floor((B − l) / s) in blocks (≈ l / s), B = the replica's blocks, s and l the blocks
+    a short's and the long one's K/V take."""
+    budget = kv_tokens // block_size
+    s, ln = fs.blocks(short_kv_tokens, block_size), fs.blocks(long_kv_tokens, block_size)
+    return budget // s - (budget - ln) // s
+
+
+def replica_wait_s(cost: fs.StepCost, rate: float, elapsed_s: float, prompt: int,
+                   output: int, longs: list[tuple[float, int]]) -> float | None:  # fmt: skip
+    """Mean queueing delay (s) of a short arriving at a prefill-first replica (fifo) in
+    [0, elapsed): Σ step² / (2 × elapsed) over the steps the replica is predicted to run
+    (an arrival waits out the rest of the step in progress), or None when the decode batch
+    has no steady state (the replica is overloaded). `longs`: (arrival s, prompt tokens)."""
+    a = cost.fixed_ms / 1000
+    per_seq = (cost.decode_seq_ms + cost.context_token_ms * (prompt + output / 2)) / 1000
+    load = per_seq * rate * (output - 1)
+    if load >= 1:
+        return None
+    decode = a / (1 - load)  # s(k) = a + per_seq k with k = rate (output − 1) s(k)
+    batch = rate * (output - 1) * decode
+    short_prefill = cost.step_ms(prompt, 0, 0) / 1000
+    squares = busy = 0.0
+    for start, tokens in longs:  # the stall, then one prefill of the shorts queued behind it
+        stall = cost.step_ms(tokens, 0, 0) / 1000
+        catch_up = cost.step_ms(round(rate * stall * prompt), 0, 0) / 1000
+        for begin, length in ((start, stall), (start + stall, catch_up)):
+            seen = min(max(elapsed_s - begin, 0.0), length)  # the part before `elapsed`
+            squares += 2 * length * seen - seen * seen
+            busy += seen
+    prefills = rate * elapsed_s
+    busy += prefills * short_prefill
+    decode_time = max(0.0, elapsed_s - busy) * (1 - math.exp(-batch))
+    total = squares + prefills * short_prefill**2 + decode_time * decode
+    return total / (2 * elapsed_s)
+
+
+def predicted_wait_s(cfg: fs.FleetConfig, cost: fs.StepCost, requests: list[fs.Request],
+                     until_s: float) -> float | None:  # fmt: skip
+    """Mean predicted queueing delay of the shorts arriving before `until_s`, weighting
+    each replica by its shorts."""
+    per, _ = fs.route(cfg, requests)
+    total = count = 0.0
+    for reqs in per:
+        shorts = [r for r in reqs if not r.long and r.arrival_s < until_s]
+        if not shorts:
+            continue
+        longs = [(r.arrival_s, r.prompt) for r in reqs if r.long and r.arrival_s < until_s]
+        rate = sum(1 for r in reqs if not r.long) / cfg.horizon_s
+        w = replica_wait_s(cost, rate, until_s, shorts[0].prompt, shorts[0].output, longs)
+        if w is None:
+            return None
+        total += w * len(shorts)
+        count += len(shorts)
+    return total / count if count else None
+
+
+def measured_wait_s(result: fs.FleetResult, until_s: float) -> float | None:
+    waits = [s.first_scheduled_s - s.req.arrival_s for s in result.seqs(long=False)
+             if s.req.arrival_s < until_s and s.first_scheduled_s is not None]  # fmt: skip
+    return statistics.fmean(waits) if waits else None
+
+
+class LongContextAdmission(Lab):
+    slug = "long-context-admission"
+    title = "Long-context admission: a few 200k-token requests in a fleet of short chats"
+    summary = (
+        "A fleet of replicas serves Poisson short chats while a few 100k–200k-token requests "
+        "arrive. Step costs are MEASURED first on this worker (the bundled model's prefill "
+        "and decode steps, fitted as fixed + per prefill token + per decoding sequence + "
+        "per context token); the fleet is SIMULATED with them in a discrete-time simulator "
+        "(continuous batching, a KV budget in blocks per replica, preemption by recompute). "
+        "The tiny model's per-token costs are extrapolated linearly to 200k tokens, so the "
+        "seconds are this CPU's; the ratios between policies are what carry over to GPUs. "
+        "Four policies on the same arrival trace: fifo (no admission control: a long "
+        "prefill stalls every short behind it), cap (requests over a token cap are refused "
+        "with a 4xx, counted), pool (a separate long-context pool of replicas) and chunked "
+        "(a per-step token budget: shorts keep decoding while a long prompt is prefilled in "
+        "chunks). Drawn: the shorts' TTFT p99 over a rolling window per policy; fifo's mean "
+        "queueing delay so far vs the residual-step estimate; at each long arrival, how "
+        "many shorts its KV displaces (exact arithmetic vs the simulator's own admission). "
+        "Batch size, KV occupancy and preemptions per replica are in each point's details "
+        "and the per-policy totals in the summary."
+    )
+    topics = ("long-context", "capacity-planning", "continuous-batching")
+    params = (
+        Param("replicas", "Replicas", "int", 4, min=2, max=16),
+        Param("short_rate", "Short request rate", "float", 12.0, min=0.5, max=200.0,
+              unit="req/s", help="Poisson, across the fleet"),
+        Param("short_prompt", "Short prompt", "int", 512, min=16, max=8192, unit="tokens"),
+        Param("short_output", "Short output", "int", 128, min=2, max=2048, unit="tokens"),
+        Param("long_count", "Long requests", "int", 4, min=0, max=12,
+              help="at evenly spaced times over the horizon"),
+        Param("long_min", "Long prompt, shortest", "int", 100_000, min=100_000, max=200_000,
+              unit="tokens"),
+        Param("long_max", "Long prompt, longest", "int", 200_000, min=100_000, max=200_000,
+              unit="tokens"),
+        Param("long_output", "Long output", "int", 64, min=1, max=1024, unit="tokens"),
+        Param("kv_tokens", "KV budget per replica", "int", 262_144, min=16_384,
+              max=2_097_152, unit="tokens"),
+        Param("block_size", "KV block", "int", 16, min=1, max=256, unit="tokens"),
+        Param("max_seqs", "Max batch per replica", "int", 64, min=1, max=512, unit="seqs"),
+        Param("token_cap", "cap: token cap per request", "int", 32_768, min=256,
+              max=2_097_152, unit="tokens", help="prompt + output; over it: refused (4xx)"),
+        Param("long_replicas", "pool: long-context replicas", "int", 1, min=1, max=15),
+        Param("chunk_tokens", "chunked: tokens per step", "int", 512, min=64, max=65_536,
+              unit="tokens"),
+        Param("horizon_s", "Simulated horizon", "float", 60.0, min=5.0, max=600.0, unit="s",
+              help="arrivals stop here; the fleet then drains for as long again"),
+        Param("seed", "Seed", "int", 0, min=0, max=1_000_000),
+    )  # fmt: skip
+    series = (
+        Series("ttft-p99-fifo", "shorts' TTFT p99, fifo", mode="lines"),
+        Series("ttft-p99-cap", "shorts' TTFT p99, cap", mode="lines"),
+        Series("ttft-p99-pool", "shorts' TTFT p99, pool", mode="lines"),
+        Series("ttft-p99-chunked", "shorts' TTFT p99, chunked", mode="lines"),
+        Series("wait-fifo", "mean queueing delay so far, fifo", mode="markers"),
+        Series("wait-fifo-predicted", "mean queueing delay, fifo, predicted", "predicted",
+               predicts="wait-fifo", mode="lines", claim="estimate",
+               band=BANDS["wait-fifo-predicted"]),
+        Series("displaced", "shorts one long displaces (simulator)", axis="y2",
+               mode="markers"),
+        Series("displaced-predicted", "shorts displaced, predicted", "predicted",
+               predicts="displaced", axis="y2", mode="markers", claim="exact",
+               band=BANDS["displaced-predicted"]),
+    )  # fmt: skip
+    chart = Chart("simulated time (s)", "seconds (log)", y2_title="short sequences",
+                  y_type="log")  # fmt: skip
+    time_limit_s = 120
+
+    def check(self, params: dict) -> dict[str, str]:
+        p, errors = params, {}
+        if p["long_max"] < p["long_min"]:
+            errors["long_max"] = (f"must be at least the shortest long prompt "
+                                  f"({p['long_min']:,} tokens)")  # fmt: skip
+        longest = fs.kv_tokens_held(p["long_max"], p["long_output"])
+        if p["long_count"] and fs.blocks(longest, p["block_size"]) * p["block_size"] > p["kv_tokens"]:
+            errors["kv_tokens"] = (
+                f"a replica must hold one long request's K/V ({longest:,} tokens at its "
+                f"largest) or every long one would be refused; use at least that budget or "
+                "shorter long prompts")  # fmt: skip
+        short = fs.kv_tokens_held(p["short_prompt"], p["short_output"])
+        if fs.blocks(short, p["block_size"]) * p["block_size"] > p["kv_tokens"]:
+            errors["short_prompt"] = "a short request's K/V must fit one replica's KV budget"
+        if p["long_replicas"] >= p["replicas"]:
+            errors["long_replicas"] = (f"must leave at least one replica for short requests "
+                                       f"(fewer than {p['replicas']})")  # fmt: skip
+        if p["chunk_tokens"] <= p["max_seqs"]:
+            errors["chunk_tokens"] = (f"must exceed the max batch ({p['max_seqs']}): every "
+                                      "decoding sequence takes one token of the budget")  # fmt: skip
+        work = p["short_rate"] * p["horizon_s"] * p["short_output"]
+        if work > MAX_SHORT_TOKENS:
+            errors["horizon_s"] = (
+                f"rate × horizon × output is {work:,.0f} short tokens to simulate per "
+                f"policy, more than {MAX_SHORT_TOKENS:,}: too long a run; use a shorter "
+                "horizon, a lower rate or shorter outputs")  # fmt: skip
+        return errors
+
+    def predict(self, params: dict) -> list[Point]:
+        p = params
+        short = fs.kv_tokens_held(p["short_prompt"], p["short_output"])
+        return [Point("displaced-predicted", r.arrival_s,
+                      displaced_shorts(p["kv_tokens"], p["block_size"], short,
+                                       fs.kv_tokens_held(r.prompt, r.output)))
+                for r in make_trace(p) if r.long]  # fmt: skip
+
+    def run(self, ctx: RunContext) -> Iterator[Point]:
+        p = ctx.params
+        model = random_model(bundled_shape("target"), ctx.device)
+        fit = calibrate(model, ctx)
+        ctx.summary.update({
+            "calibration": fit.describe(model),
+            "warmup": "discarded: one round of every calibration step; each timed step is "
+                      f"the median of {REPEATS}. The fleet is SIMULATED with these costs.",
+            "fixed_ms_per_step": fit.cost.fixed_ms,
+            "prefill_ms_per_token": fit.cost.prefill_token_ms,
+        })  # fmt: skip
+        requests = make_trace(p)
+        short = fs.kv_tokens_held(p["short_prompt"], p["short_output"])
+        yield from self._displacement(p, requests, short)
+        started = time.perf_counter()
+        results = {}
+        for policy in fs.POLICIES:
+            ctx.check_cancel()
+            results[policy] = fs.simulate(fleet_config(p, policy), fit.cost, requests)
+            if time.perf_counter() - started > WALL_LIMIT_S:
+                raise fs.SimulationTooLong(
+                    f"the simulation took over {WALL_LIMIT_S:.0f} s of wall time; use a "
+                    "shorter horizon or a lower rate")  # fmt: skip
+        ctx.summary["simulation_wall_s"] = time.perf_counter() - started
+        yield from self._series(p, requests, results, fit.cost, ctx)
+
+    def _displacement(self, p, requests, short) -> Iterator[Point]:
+        alone = fs.capacity_probe(p["kv_tokens"], p["block_size"], short, 0)
+        for r in (r for r in requests if r.long):
+            held = fs.kv_tokens_held(r.prompt, r.output)
+            beside = fs.capacity_probe(p["kv_tokens"], p["block_size"], short, held)
+            predicted = displaced_shorts(p["kv_tokens"], p["block_size"], short, held)
+            yield Point("displaced", r.arrival_s, alone - beside,
+                        {"predicted": predicted, "long_prompt": r.prompt,
+                         "shorts_alone": alone, "shorts_beside_it": beside})  # fmt: skip
+            yield Point("displaced-predicted", r.arrival_s, predicted)
+
+    def _series(self, p, requests, results, cost, ctx) -> Iterator[Point]:
+        horizon = p["horizon_s"]
+        window = max(horizon / 10, 1.0)
+        step = horizon / SAMPLES
+        for i in range(1, SAMPLES + 1):
+            t = i * step
+            for policy, res in results.items():
+                ttfts = [s.first_token_s - s.req.arrival_s for s in res.seqs(long=False)
+                         if t - window < s.req.arrival_s <= t and s.first_token_s is not None]  # fmt: skip
+                if ttfts:
+                    yield Point(f"ttft-p99-{policy}", t, fs.percentile(ttfts, 99),
+                                _state(res, t, fs.percentile(ttfts, 50)))  # fmt: skip
+            measured = measured_wait_s(results["fifo"], t)
+            predicted = predicted_wait_s(fleet_config(p, "fifo"), cost, requests, t)
+            if measured is not None and predicted:
+                yield Point("wait-fifo", t, measured, {"predicted": predicted})
+                yield Point("wait-fifo-predicted", t, predicted)
+        for policy, res in results.items():
+            self._totals(ctx, p, policy, res, cost, requests)
+
+    def _totals(self, ctx, p, policy, res, cost, requests) -> None:
+        shorts = res.seqs(long=False)
+        ttfts = [s.first_token_s - s.req.arrival_s for s in shorts if s.first_token_s is not None]
+        done = [s for s in res.seqs() if s.finished_s is not None]
+        ctx.summary.update({
+            f"{policy}_short_ttft_p50_ms": fs.percentile(ttfts, 50) * 1000,
+            f"{policy}_short_ttft_p99_ms": fs.percentile(ttfts, 99) * 1000,
+            f"{policy}_preemptions": res.preemptions,
+            f"{policy}_rejected": len(res.rejected),
+            f"{policy}_completed": len(done),
+            f"{policy}_unfinished": len(res.seqs()) - len(done),
+            f"{policy}_max_kv_pct": 100 * max(r.max_kv_blocks / r.kv_blocks for r in res.replicas),
+            f"{policy}_mean_wait_ms": (measured_wait_s(res, p["horizon_s"]) or math.nan) * 1000,
+        })  # fmt: skip
+        if policy == "fifo":
+            pred = predicted_wait_s(fleet_config(p, "fifo"), cost, requests, p["horizon_s"])
+            ctx.summary["fifo_mean_wait_ms_predicted"] = (pred or math.nan) * 1000
+
+
+def _state(res: fs.FleetResult, t: float, p50: float) -> dict:
+    """Per-replica state at the sample nearest before t: batch, KV %, preemptions so far."""
+    rows = [next((s for s in reversed(r.samples) if s["t"] <= t), r.samples[0] if r.samples else {})
+            for r in res.replicas]  # fmt: skip
+    return {
+        "ttft_p50_s": p50,
+        "batch": [row.get("batch", 0) for row in rows],
+        "kv_pct": [round(row.get("kv_pct", 0.0)) for row in rows],
+        "preemptions": sum(row.get("preemptions", 0) for row in rows),
+        "queued": [row.get("queued", 0) for row in rows],
+    }
+
+
+def make_trace(p: dict) -> list[fs.Request]:
+    return fs.trace(p["seed"], p["short_rate"], p["horizon_s"], p["short_prompt"],
+                    p["short_output"], p["long_count"], p["long_min"], p["long_max"],
+                    p["long_output"])  # fmt: skip
+
+
+def fleet_config(p: dict, policy: str) -> fs.FleetConfig:
+    return fs.FleetConfig(
+        replicas=p["replicas"], kv_tokens=p["kv_tokens"], block_size=p["block_size"],
+        max_seqs=p["max_seqs"], policy=policy, token_cap=p["token_cap"],
+        long_replicas=p["long_replicas"], chunk_tokens=p["chunk_tokens"],
+        horizon_s=p["horizon_s"], sample_s=p["horizon_s"] / SAMPLES)  # fmt: skip
+
+
+LAB = LongContextAdmission()
