@@ -58,6 +58,8 @@ SMALL: dict[str, dict[str, Any]] = {
         "input_len": 16,
     },
     "retry-storm": {"seconds_per_policy": 3},
+    "long-context-admission": {"replicas": 2, "short_rate": 4.0, "long_count": 2,
+                               "horizon_s": 30.0},
 }
 # fmt: on
 

@@ -27,6 +27,7 @@ MODULES = (
     "latency_vs_load",
     "waterfall",
     "retry_storm",
+    "long_context_admission",
 )
 
 LABS: dict[str, Lab] = {}

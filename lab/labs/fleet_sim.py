@@ -3,9 +3,10 @@ a KV budget in blocks, driven by a step-cost model (measured on the worker by th
 long-context-admission lab). Pure Python, no torch, deterministic given a seed.
 
 Each replica runs one step at a time; a step's duration is `StepCost.step_ms` of what it
-computes (prefill tokens, decoding sequences, their context tokens). Requests are routed
-round-robin (shorts and longs each on their own counter), so the replicas are independent
-and each is simulated on its own list of requests. Policies:
+computes (prefill tokens, decoding sequences, their context tokens). Short requests are routed
+to a replica drawn at random (seeded; a random split of a Poisson stream is Poisson on
+each replica), long ones round-robin, so the replicas are independent and each is
+simulated on its own list of requests. Policies:
 
 - fifo: no admission control. FCFS waiting queue, prefill first (vLLM V0 without chunked
   prefill): a step either prefills every waiting request that fits (the head blocks the
@@ -16,7 +17,7 @@ and each is simulated on its own list of requests. Policies:
   rest only short ones.
 - chunked: a per-step token budget. Every running sequence decodes (1 token each), then
   short prefills (prompt ≤ budget) in FCFS order, then at most one long prefill's chunk
-  takes what is left (like vLLM's long_prefill_token_threshold with one long partial
+  (a prompt over `long_prefill_tokens`) takes what is left (like vLLM's long_prefill_token_threshold with one long partial
   prefill): shorts keep decoding while a long prompt is prefilled over many steps.
 
 KV: a sequence holds ceil(kv_tokens / block_size) blocks, kv_tokens = tokens whose K/V have
@@ -70,9 +71,11 @@ class FleetConfig:
     token_cap: int = 0  # cap: largest prompt + output admitted
     long_replicas: int = 1  # pool: replicas kept for long requests
     chunk_tokens: int = 2048  # chunked: tokens per step
+    long_prefill_tokens: int = 32_768  # chunked: a longer prefill takes the leftover budget
     horizon_s: float = 60.0  # arrivals stop here; the run drains until 2 × horizon
     sample_s: float = 1.0  # how often replica state is recorded
     max_steps: int = 2_000_000  # per replica: the bound on work
+    seed: int = 0  # routing of the short requests
 
     @property
     def kv_blocks(self) -> int:
@@ -283,7 +286,8 @@ class _Replica:
         chunks: list[tuple[_Seq, int]] = []
         # short prefills first, FCFS: partial ones already running, then the queue; a short
         # prompt is chunked too when the budget left is smaller than it
-        for s in [s for s in self.running if not s.prefilled and s.target <= self.cfg.chunk_tokens]:
+        long = self.cfg.long_prefill_tokens
+        for s in [s for s in self.running if not s.prefilled and s.target <= long]:
             n = min(s.target - s.kv, budget)
             if n > 0 and self._grow(s, n):
                 chunks.append((s, n))
@@ -291,7 +295,7 @@ class _Replica:
         deferred: deque[_Seq] = deque()
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_seqs:
             s = self.waiting.popleft()
-            if s.target > self.cfg.chunk_tokens:  # a long one waits for the leftover budget
+            if s.target > long:  # a long one waits for the leftover budget
                 deferred.append(s)
                 continue
             n = min(s.target, budget)
@@ -303,8 +307,8 @@ class _Replica:
             budget -= n
         self.waiting.extendleft(reversed(deferred))
         # at most one long prefill in progress; it takes what the others left
-        long_running = [s for s in self.running if not s.prefilled and s.target > self.cfg.chunk_tokens]
-        if not long_running and self.waiting and self.waiting[0].target > self.cfg.chunk_tokens \
+        long_running = [s for s in self.running if not s.prefilled and s.target > long]
+        if not long_running and self.waiting and self.waiting[0].target > long \
                 and len(self.running) < self.cfg.max_seqs:  # fmt: skip
             long_running = [self.waiting.popleft()]
             self.running.append(long_running[0])
@@ -338,23 +342,26 @@ def end_of(cfg: FleetConfig) -> float:
 
 
 def route(cfg: FleetConfig, requests: list[Request]) -> tuple[list[list[Request]], list[Request]]:
-    """(requests per replica, rejected ones): round-robin, shorts and longs on their own
-    counters; cap rejects what exceeds the cap; pool splits the replicas; a request whose
+    """(requests per replica, rejected ones): shorts to a seeded random replica (the same
+    draws under every policy), longs round-robin; cap rejects what exceeds the cap; pool splits the replicas; a request whose
     K/V can never fit one replica is rejected under every policy."""
     per: list[list[Request]] = [[] for _ in range(cfg.replicas)]
     rejected = []
     pool = cfg.policy == "pool"
     long_set = range(cfg.long_replicas) if pool else range(cfg.replicas)
     short_set = range(cfg.long_replicas, cfg.replicas) if pool else range(cfg.replicas)
-    counters = {True: 0, False: 0}
+    rng, longs_seen = random.Random(cfg.seed), 0
     for r in requests:
+        draw = rng.random()  # drawn for every request, so each policy sees the same routes
         too_big = blocks(kv_tokens_held(r.prompt, r.output), cfg.block_size) > cfg.kv_blocks
         if too_big or (cfg.policy == "cap" and r.prompt + r.output > cfg.token_cap):
             rejected.append(r)
             continue
-        targets = long_set if r.long else short_set
-        per[targets[counters[r.long] % len(targets)]].append(r)
-        counters[r.long] += 1
+        if r.long:
+            per[long_set[longs_seen % len(long_set)]].append(r)
+            longs_seen += 1
+        else:
+            per[short_set[int(draw * len(short_set))]].append(r)
     return per, rejected
 
 

@@ -42,6 +42,7 @@ BANDS = {"displaced-predicted": 0, "wait-fifo-predicted": 0.25}
 PREFILL_LENGTHS = (64, 192, 320, 448)
 DECODE_POINTS = ((1, 64), (1, 384), (8, 64), (8, 384), (32, 64), (32, 384))
 REPEATS = 5
+LONG_PREFILL_TOKENS = 32_768  # chunked: a longer prompt takes what the shorts leave
 SAMPLES = 30  # points per policy over the horizon
 WALL_LIMIT_S = 40.0  # all four simulations together
 MAX_SHORT_TOKENS = 2_000_000  # decoded short tokens a run may simulate (rate × horizon × output)
@@ -165,59 +166,105 @@ def displaced_shorts(kv_tokens: int, block_size: int, short_kv_tokens: int,
     return budget // s - (budget - ln) // s
 
 
-def replica_wait_s(cost: fs.StepCost, rate: float, elapsed_s: float, prompt: int,
-                   output: int, longs: list[tuple[float, int]]) -> float | None:  # fmt: skip
-    """Mean queueing delay (s) of a short arriving at a prefill-first replica (fifo) in
-    [0, elapsed): Σ step² / (2 × elapsed) over the steps the replica is predicted to run
-    (an arrival waits out the rest of the step in progress), or None when the decode batch
-    has no steady state (the replica is overloaded). `longs`: (arrival s, prompt tokens)."""
-    a = cost.fixed_ms / 1000
+def decode_load(cost: fs.StepCost, rate: float, prompt: int, output: int) -> float:
+    """Seconds of decode-step time per second that the shorts' per-sequence costs add."""
     per_seq = (cost.decode_seq_ms + cost.context_token_ms * (prompt + output / 2)) / 1000
-    load = per_seq * rate * (output - 1)
+    return per_seq * rate * (output - 1)
+
+
+def steady_batch(cost: fs.StepCost, rate: float, prompt: int,
+                 output: int) -> tuple[float, float | None]:  # fmt: skip
+    """(decoding sequences k, decode step s) at steady state on a prefill-first replica:
+    decode steps run in the time the shorts' prefills leave (1 − ρ, ρ = rate × prefill
+    step), so k = rate × (output − 1) × s / (1 − ρ) (Little's law) and s = a + per_seq × k;
+    (inf, None) when there is no steady state (overload)."""
+    spare = 1 - rate * cost.step_ms(prompt, 0, 0) / 1000
+    if spare <= 0:
+        return math.inf, None
+    load = decode_load(cost, rate, prompt, output) / spare
     if load >= 1:
+        return math.inf, None
+    decode = cost.fixed_ms / 1000 / (1 - load)
+    return rate * (output - 1) * decode / spare, decode
+
+
+def background_wait_s(cost: fs.StepCost, rate: float, prompt: int,
+                      output: int) -> float | None:  # fmt: skip
+    """Mean queueing delay (s) of a short arriving at a prefill-first replica with no long
+    prefill in sight: it waits out the rest of the step in progress, Σ step² / (2 × time)
+    over the shorts' own prefill steps (one per arrival) and the decode steps at the
+    Little's-law batch size; None when the decode batch has no steady state (overload)."""
+    batch, decode = steady_batch(cost, rate, prompt, output)
+    prefill = cost.step_ms(prompt, 0, 0) / 1000
+    if decode is None:
         return None
-    decode = a / (1 - load)  # s(k) = a + per_seq k with k = rate (output − 1) s(k)
-    batch = rate * (output - 1) * decode
-    short_prefill = cost.step_ms(prompt, 0, 0) / 1000
-    squares = busy = 0.0
-    for start, tokens in longs:  # the stall, then one prefill of the shorts queued behind it
-        stall = cost.step_ms(tokens, 0, 0) / 1000
-        catch_up = cost.step_ms(round(rate * stall * prompt), 0, 0) / 1000
-        for begin, length in ((start, stall), (start + stall, catch_up)):
-            seen = min(max(elapsed_s - begin, 0.0), length)  # the part before `elapsed`
-            squares += 2 * length * seen - seen * seen
-            busy += seen
-    prefills = rate * elapsed_s
-    busy += prefills * short_prefill
-    decode_time = max(0.0, elapsed_s - busy) * (1 - math.exp(-batch))
-    total = squares + prefills * short_prefill**2 + decode_time * decode
-    return total / (2 * elapsed_s)
+    decode_share = (1 - rate * prefill) * (1 - math.exp(-batch))  # some decode runs
+    return (rate * prefill**2 + decode_share * decode) / 2
 
 
-def predicted_wait_s(cfg: fs.FleetConfig, cost: fs.StepCost, requests: list[fs.Request],
-                     until_s: float) -> float | None:  # fmt: skip
-    """Mean predicted queueing delay of the shorts arriving before `until_s`, weighting
-    each replica by its shorts."""
+class OutOfDomain(ValueError):
+    """The queueing estimate does not apply to these parameters (the message says why)."""
+
+
+def predicted_waits(cfg: fs.FleetConfig, cost: fs.StepCost,
+                    requests: list[fs.Request]) -> dict[int, float]:  # fmt: skip
+    """Predicted queueing delay (s) of every short request under a prefill-first policy
+    (fifo, cap, pool), from the calibrated costs and the arrival trace, not the simulation:
+    a short arriving while a long prompt is prefilled waits for the rest of that prefill
+    (one step of a + b × tokens), then for the one prefill step of the shorts queued behind
+    it; any other short waits the background residual step (background_wait_s).
+    OutOfDomain when a replica is overloaded, or when the shorts queued behind a long
+    prefill do not all fit the one catch-up step (the max batch, or the K/V beside the
+    long one): they would then wait for sequences to finish, which this does not model."""
     per, _ = fs.route(cfg, requests)
-    total = count = 0.0
+    out: dict[int, float] = {}
     for reqs in per:
-        shorts = [r for r in reqs if not r.long and r.arrival_s < until_s]
+        shorts = [r for r in reqs if not r.long]
         if not shorts:
             continue
-        longs = [(r.arrival_s, r.prompt) for r in reqs if r.long and r.arrival_s < until_s]
-        rate = sum(1 for r in reqs if not r.long) / cfg.horizon_s
-        w = replica_wait_s(cost, rate, until_s, shorts[0].prompt, shorts[0].output, longs)
-        if w is None:
-            return None
-        total += w * len(shorts)
-        count += len(shorts)
-    return total / count if count else None
+        rate, prompt, output = len(shorts) / cfg.horizon_s, shorts[0].prompt, shorts[0].output
+        background = background_wait_s(cost, rate, prompt, output)
+        if background is None:
+            raise OutOfDomain(f"a replica gets {rate:.1f} short requests/s, more than it "
+                              "serves: no steady state to predict")  # fmt: skip
+        running = steady_batch(cost, rate, prompt, output)[0]
+        if running > cfg.max_seqs:
+            raise OutOfDomain(f"a replica would decode ~{running:.0f} shorts at once, more "
+                              f"than the max batch ({cfg.max_seqs})")  # fmt: skip
+        short_blocks = fs.blocks(fs.kv_tokens_held(prompt, output), cfg.block_size)
+        busy: list[tuple[float, float]] = []  # (start s, end s) of a stall or its catch-up
+        for r in (r for r in reqs if r.long):
+            start = max(r.arrival_s, busy[-1][1] if busy else 0.0)
+            end = start + cost.step_ms(r.prompt, 0, 0) / 1000
+            queued = sum(1 for q in shorts if start <= q.arrival_s < end)
+            held = fs.blocks(fs.kv_tokens_held(r.prompt, r.output), cfg.block_size)
+            if queued + running > cfg.max_seqs or \
+                    held + (queued + running) * short_blocks > cfg.kv_blocks:  # fmt: skip
+                raise OutOfDomain(
+                    f"{queued} shorts queue behind the {r.prompt:,}-token prefill at "
+                    f"{r.arrival_s:.0f} s; with ~{running:.0f} running they do not fit one "
+                    f"catch-up step (max batch {cfg.max_seqs}, or the K/V beside it)")  # fmt: skip
+            catch_up = cost.step_ms(queued * shorts[0].prompt, 0, 0) / 1000
+            busy += [(start, end), (end, end + catch_up)]
+        for q in shorts:
+            inside = next((e for b, e in busy if b <= q.arrival_s < e), None)
+            out[q.rid] = background if inside is None else inside - q.arrival_s
+    return out
 
 
 def measured_wait_s(result: fs.FleetResult, until_s: float) -> float | None:
+    """Mean simulated queueing delay (arrival to first scheduled) of the shorts arriving
+    before `until_s`."""
     waits = [s.first_scheduled_s - s.req.arrival_s for s in result.seqs(long=False)
              if s.req.arrival_s < until_s and s.first_scheduled_s is not None]  # fmt: skip
     return statistics.fmean(waits) if waits else None
+
+
+def mean_predicted_s(waits: dict[int, float] | None, requests: list[fs.Request],
+                     until_s: float) -> float | None:  # fmt: skip
+    """Mean predicted queueing delay of the shorts arriving before `until_s`."""
+    chosen = [waits[r.rid] for r in requests if r.rid in (waits or {}) and r.arrival_s < until_s]
+    return statistics.fmean(chosen) if chosen else None
 
 
 class LongContextAdmission(Lab):
@@ -258,7 +305,7 @@ class LongContextAdmission(Lab):
         Param("kv_tokens", "KV budget per replica", "int", 262_144, min=16_384,
               max=2_097_152, unit="tokens"),
         Param("block_size", "KV block", "int", 16, min=1, max=256, unit="tokens"),
-        Param("max_seqs", "Max batch per replica", "int", 64, min=1, max=512, unit="seqs"),
+        Param("max_seqs", "Max batch per replica", "int", 128, min=1, max=512, unit="seqs"),
         Param("token_cap", "cap: token cap per request", "int", 32_768, min=256,
               max=2_097_152, unit="tokens", help="prompt + output; over it: refused (4xx)"),
         Param("long_replicas", "pool: long-context replicas", "int", 1, min=1, max=15),
@@ -361,6 +408,13 @@ class LongContextAdmission(Lab):
             yield Point("displaced-predicted", r.arrival_s, predicted)
 
     def _series(self, p, requests, results, cost, ctx) -> Iterator[Point]:
+        waits = {}
+        for policy in ("fifo", "cap", "pool"):
+            try:
+                waits[policy] = predicted_waits(fleet_config(p, policy), cost, requests)
+            except OutOfDomain as exc:
+                waits[policy] = None
+                ctx.summary[f"{policy}_wait_not_predicted"] = f"not predicted: {exc}"
         horizon = p["horizon_s"]
         window = max(horizon / 10, 1.0)
         step = horizon / SAMPLES
@@ -373,14 +427,14 @@ class LongContextAdmission(Lab):
                     yield Point(f"ttft-p99-{policy}", t, fs.percentile(ttfts, 99),
                                 _state(res, t, fs.percentile(ttfts, 50)))  # fmt: skip
             measured = measured_wait_s(results["fifo"], t)
-            predicted = predicted_wait_s(fleet_config(p, "fifo"), cost, requests, t)
+            predicted = mean_predicted_s(waits["fifo"], requests, t)
             if measured is not None and predicted:
                 yield Point("wait-fifo", t, measured, {"predicted": predicted})
                 yield Point("wait-fifo-predicted", t, predicted)
         for policy, res in results.items():
-            self._totals(ctx, p, policy, res, cost, requests)
+            self._totals(ctx, p, policy, res, waits.get(policy), requests)
 
-    def _totals(self, ctx, p, policy, res, cost, requests) -> None:
+    def _totals(self, ctx, p, policy, res, waits, requests) -> None:
         shorts = res.seqs(long=False)
         ttfts = [s.first_token_s - s.req.arrival_s for s in shorts if s.first_token_s is not None]
         done = [s for s in res.seqs() if s.finished_s is not None]
@@ -394,9 +448,9 @@ class LongContextAdmission(Lab):
             f"{policy}_max_kv_pct": 100 * max(r.max_kv_blocks / r.kv_blocks for r in res.replicas),
             f"{policy}_mean_wait_ms": (measured_wait_s(res, p["horizon_s"]) or math.nan) * 1000,
         })  # fmt: skip
-        if policy == "fifo":
-            pred = predicted_wait_s(fleet_config(p, "fifo"), cost, requests, p["horizon_s"])
-            ctx.summary["fifo_mean_wait_ms_predicted"] = (pred or math.nan) * 1000
+        if policy != "chunked":  # judged for fifo only; shown for cap and pool
+            pred = mean_predicted_s(waits, requests, p["horizon_s"])
+            ctx.summary[f"{policy}_mean_wait_ms_predicted"] = (pred or math.nan) * 1000
 
 
 def _state(res: fs.FleetResult, t: float, p50: float) -> dict:
@@ -423,7 +477,8 @@ def fleet_config(p: dict, policy: str) -> fs.FleetConfig:
         replicas=p["replicas"], kv_tokens=p["kv_tokens"], block_size=p["block_size"],
         max_seqs=p["max_seqs"], policy=policy, token_cap=p["token_cap"],
         long_replicas=p["long_replicas"], chunk_tokens=p["chunk_tokens"],
-        horizon_s=p["horizon_s"], sample_s=p["horizon_s"] / SAMPLES)  # fmt: skip
+        horizon_s=p["horizon_s"], sample_s=p["horizon_s"] / SAMPLES, seed=p["seed"],
+        long_prefill_tokens=LONG_PREFILL_TOKENS)  # fmt: skip
 
 
 LAB = LongContextAdmission()
