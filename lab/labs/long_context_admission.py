@@ -36,6 +36,7 @@ from lab.labs import fleet_sim as fs
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.calibration import CalibrationError, fitted_rate, round_robin
 from lab.labs.common import bundled_shape, random_model
+from lab.labs.kv_vs_no_cache import fit_slope
 from lab.labs.two_phase import step_flops
 
 BANDS = {"displaced-predicted": 0, "wait-fifo-predicted": 0.25}
@@ -96,6 +97,8 @@ def fit_step_cost(prefill_ms: list[float], decode_ms: list[float]) -> tuple[floa
 def checked_cost(model, prefill_ms: list[float], decode_ms: list[float]) -> CostFit:
     """The fitted StepCost, or CalibrationError when a cost is not physical (never clamped)."""
     a, b, d, e = fit_step_cost(prefill_ms, decode_ms)
+    # the prefills alone must also grow with their length (a shared intercept could hide it)
+    _token_flop_s(model, fit_slope([float(n) for n in PREFILL_LENGTHS], prefill_ms))
     if not a > 0:
         raise CalibrationError(
             f"The fitted fixed cost per step is {a:.3g} ms (it must be positive): the short "
