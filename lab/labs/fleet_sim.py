@@ -16,9 +16,10 @@ simulated on its own list of requests. Policies:
 - pool: as fifo, but the first `long_replicas` replicas take only long requests and the
   rest only short ones.
 - chunked: a per-step token budget. Every running sequence decodes (1 token each), then
-  short prefills (prompt ≤ budget) in FCFS order, then at most one long prefill's chunk
-  (a prompt over `long_prefill_tokens`) takes what is left (like vLLM's long_prefill_token_threshold with one long partial
-  prefill): shorts keep decoding while a long prompt is prefilled over many steps.
+  the prefills of prompts up to `long_prefill_tokens` in FCFS order (chunked when the
+  budget left is smaller), then at most one longer prefill's chunk takes what is left
+  (like vLLM's long_prefill_token_threshold with one long partial prefill): shorts keep
+  decoding, and new ones start, while a long prompt is prefilled over many steps.
 
 KV: a sequence holds ceil(kv_tokens / block_size) blocks, kv_tokens = tokens whose K/V have
 been computed (prompt + generated − 1 at most: the last sampled token's K/V is never
@@ -49,7 +50,8 @@ class StepCost:
 
     def step_ms(self, prefill_tokens: int, decodes: int, context_tokens: int) -> float:
         return (self.fixed_ms + self.prefill_token_ms * prefill_tokens
-                + self.decode_seq_ms * decodes + self.context_token_ms * context_tokens)  # fmt: skip
+                + self.decode_seq_ms * decodes
+                + self.context_token_ms * context_tokens)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,8 @@ def blocks(tokens: int, block_size: int) -> int:
 
 
 def trace(seed: int, short_rate: float, horizon_s: float, short_prompt: int, short_output: int,
-          long_count: int, long_min: int, long_max: int, long_output: int) -> list[Request]:  # fmt: skip
+          long_count: int, long_min: int, long_max: int,
+          long_output: int) -> list[Request]:  # fmt: skip
     """Poisson short arrivals over [0, horizon) plus `long_count` long requests at evenly
     spaced times, lengths drawn uniformly in [long_min, long_max] (both seeded)."""
     rng = random.Random(seed)
@@ -196,7 +199,8 @@ class _Replica:
             if self.steps >= self.cfg.max_steps:
                 raise SimulationTooLong(
                     f"a replica took more than {self.cfg.max_steps:,} steps; use a shorter "
-                    "horizon, a lower rate or fewer replicas' worth of load")
+                    "horizon, a lower rate or fewer replicas' worth of load"
+                )
             self.steps += 1
             if self.cfg.policy == "chunked":
                 self._chunked_step()
@@ -264,7 +268,9 @@ class _Replica:
             tokens += s.target
         if admitted:
             for s in admitted:
-                s.first_scheduled_s = s.first_scheduled_s if s.first_scheduled_s is not None else self.t
+                s.first_scheduled_s = (
+                    s.first_scheduled_s if s.first_scheduled_s is not None else self.t
+                )
             self._advance(self.cost.step_ms(tokens, 0, 0))
             self.running += admitted
             for s in admitted:
@@ -343,7 +349,8 @@ def end_of(cfg: FleetConfig) -> float:
 
 def route(cfg: FleetConfig, requests: list[Request]) -> tuple[list[list[Request]], list[Request]]:
     """(requests per replica, rejected ones): shorts to a seeded random replica (the same
-    draws under every policy), longs round-robin; cap rejects what exceeds the cap; pool splits the replicas; a request whose
+    draws under every policy), longs round-robin; cap rejects what exceeds the cap; pool
+    splits the replicas; a request whose
     K/V can never fit one replica is rejected under every policy."""
     per: list[list[Request]] = [[] for _ in range(cfg.replicas)]
     rejected = []

@@ -25,7 +25,7 @@ import math
 import statistics
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -103,12 +103,14 @@ def checked_cost(model, prefill_ms: list[float], decode_ms: list[float]) -> Cost
         raise CalibrationError(
             f"The fitted fixed cost per step is {a:.3g} ms (it must be positive): the short "
             "steps did not take their share of the time, so the timings were disturbed. No "
-            "prediction is drawn; run again on a quieter machine.")
+            "prediction is drawn; run again on a quieter machine."
+        )
     if not d > 0:
         raise CalibrationError(
             f"The fitted cost per decoding sequence is {d:.3g} ms (it must be positive): the "
             "larger batches did not take longer, so the timings were disturbed. No "
-            "prediction is drawn; run again on a quieter machine.")
+            "prediction is drawn; run again on a quieter machine."
+        )
     _token_flop_s(model, b)  # refuses a non-physical per-token cost
     cost = fs.StepCost(a, b, d, e)
     fitted = [cost.step_ms(n, 0, 0) for n in PREFILL_LENGTHS]
@@ -155,7 +157,7 @@ def calibrate(model, ctx: RunContext) -> CostFit:
     ctx.check_cancel()
     round_robin(fns, ctx.device, REPEATS, warmup=1)
     medians = [statistics.median(e["ms"] for e in log[-REPEATS:]) for log in logs]
-    return checked_cost(model, medians[: len(PREFILL_LENGTHS)], medians[len(PREFILL_LENGTHS):])
+    return checked_cost(model, medians[: len(PREFILL_LENGTHS)], medians[len(PREFILL_LENGTHS) :])
 
 
 # predictions -------------------------------------------------------------------------------
@@ -343,7 +345,10 @@ class LongContextAdmission(Lab):
             errors["long_max"] = (f"must be at least the shortest long prompt "
                                   f"({p['long_min']:,} tokens)")  # fmt: skip
         longest = fs.kv_tokens_held(p["long_max"], p["long_output"])
-        if p["long_count"] and fs.blocks(longest, p["block_size"]) * p["block_size"] > p["kv_tokens"]:
+        if (
+            p["long_count"]
+            and fs.blocks(longest, p["block_size"]) * p["block_size"] > p["kv_tokens"]
+        ):
             errors["kv_tokens"] = (
                 f"a replica must hold one long request's K/V ({longest:,} tokens at its "
                 f"largest) or every long one would be refused; use at least that budget or "
@@ -355,8 +360,10 @@ class LongContextAdmission(Lab):
             errors["long_replicas"] = (f"must leave at least one replica for short requests "
                                        f"(fewer than {p['replicas']})")  # fmt: skip
         if p["chunk_tokens"] <= p["max_seqs"]:
-            errors["chunk_tokens"] = (f"must exceed the max batch ({p['max_seqs']}): every "
-                                      "decoding sequence takes one token of the budget")  # fmt: skip
+            errors["chunk_tokens"] = (
+                f"must exceed the max batch ({p['max_seqs']}): every decoding sequence takes "
+                "one token of the budget"
+            )
         work = p["short_rate"] * p["horizon_s"] * p["short_output"]
         if work > MAX_SHORT_TOKENS:
             errors["horizon_s"] = (
@@ -424,8 +431,11 @@ class LongContextAdmission(Lab):
         for i in range(1, SAMPLES + 1):
             t = i * step
             for policy, res in results.items():
-                ttfts = [s.first_token_s - s.req.arrival_s for s in res.seqs(long=False)
-                         if t - window < s.req.arrival_s <= t and s.first_token_s is not None]  # fmt: skip
+                ttfts = [
+                    s.first_token_s - s.req.arrival_s
+                    for s in res.seqs(long=False)
+                    if t - window < s.req.arrival_s <= t and s.first_token_s is not None
+                ]
                 if ttfts:
                     yield Point(f"ttft-p99-{policy}", t, fs.percentile(ttfts, 99),
                                 _state(res, t, fs.percentile(ttfts, 50)))  # fmt: skip
