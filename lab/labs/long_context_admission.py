@@ -3,20 +3,24 @@ chats, under four admission policies side by side.
 
 Step costs are MEASURED on this worker: the bundled model's prefill steps at 4 lengths and
 decode steps at 6 (batch, context) points, timed in turns with a discarded warm-up round,
-medians of >= 5, fitted as ms = a + b × prefill tokens + d × decoding sequences + e ×
-context tokens they attend. The fleet is SIMULATED with those costs (lab/labs/fleet_sim.py):
-the tiny model's per-token costs are extrapolated linearly to 200k tokens (its own context
-is 512), so absolute seconds are this CPU's; the ratios between policies carry over.
+medians of 5, fitted as ms = a + b × prefill tokens + d × decoding sequences + e × context
+tokens they attend. The fleet is SIMULATED with those costs (lab/labs/fleet_sim.py): the
+tiny model's per-token costs are extrapolated linearly to 200k tokens (its own context is
+512, and the attention term that grows with the prompt is left out, so a real 200k prefill
+costs more than this), so absolute seconds are this CPU's; the ratios between policies are
+what carry over.
 
 Predicted: the KV-capacity arithmetic (exact) — how many short sequences one long request
 displaces from a replica, floor(B / s) − floor((B − l) / s) in blocks (B the replica's
 budget, s and l a short's and the long's K/V at their largest) — against the simulator's
 own admission counting it; and (estimate) the short requests' mean queueing delay under
-fifo: an arrival waits out the residual of the step in progress, so the mean wait is
-Σ step² / (2 × elapsed) (the inspection paradox), with the step durations taken from the
-calibrated costs and the arrival trace — the long prefills (the stall), the catch-up
-prefill of the shorts queued behind one, the shorts' own prefills and the decode steps at
-the Little's-law batch size — not from the simulation.
+fifo, from the calibrated costs and the arrival trace, not from the simulation: a short
+arriving during a long prefill waits for the rest of it and then for the one prefill step
+of the shorts queued behind it; any other short waits the residual of the step in
+progress, Σ step² / (2 × time) over its own prefill steps and the decode steps at the
+Little's-law batch size. It is refused (not drawn, the reason in the summary) where its
+assumptions fail: a replica overloaded, or more shorts queued behind a long prefill than
+the max batch or the K/V beside it admit in one step.
 """
 
 from __future__ import annotations
@@ -281,14 +285,16 @@ class LongContextAdmission(Lab):
         "and decode steps, fitted as fixed + per prefill token + per decoding sequence + "
         "per context token); the fleet is SIMULATED with them in a discrete-time simulator "
         "(continuous batching, a KV budget in blocks per replica, preemption by recompute). "
-        "The tiny model's per-token costs are extrapolated linearly to 200k tokens, so the "
-        "seconds are this CPU's; the ratios between policies are what carry over to GPUs. "
+        "The tiny model's per-token costs are extrapolated linearly to 200k tokens (no "
+        "attention term: a real 200k prefill costs more), so the seconds are this CPU's; "
+        "the ratios between policies are what carry over to GPUs. "
         "Four policies on the same arrival trace: fifo (no admission control: a long "
         "prefill stalls every short behind it), cap (requests over a token cap are refused "
         "with a 4xx, counted), pool (a separate long-context pool of replicas) and chunked "
         "(a per-step token budget: shorts keep decoding while a long prompt is prefilled in "
         "chunks). Drawn: the shorts' TTFT p99 over a rolling window per policy; fifo's mean "
-        "queueing delay so far vs the residual-step estimate; at each long arrival, how "
+        "queueing delay so far vs its estimate (wait for the rest of the long prefill in "
+        "progress, else the rest of the step in progress); at each long arrival, how "
         "many shorts its KV displaces (exact arithmetic vs the simulator's own admission). "
         "Batch size, KV occupancy and preemptions per replica are in each point's details "
         "and the per-policy totals in the summary."
