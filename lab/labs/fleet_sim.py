@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -149,8 +150,9 @@ class SimulationTooLong(RuntimeError):
 
 
 class _Replica:
-    def __init__(self, cfg: FleetConfig, cost: StepCost, requests: list[Request]):
-        self.cfg, self.cost = cfg, cost
+    def __init__(self, cfg: FleetConfig, cost: StepCost, requests: list[Request],
+                 deadline: float = math.inf):  # fmt: skip
+        self.cfg, self.cost, self.deadline = cfg, cost, deadline
         self.pending = deque(requests)
         self.waiting: deque[_Seq] = deque()
         self.running: list[_Seq] = []
@@ -200,6 +202,11 @@ class _Replica:
                 raise SimulationTooLong(
                     f"a replica took more than {self.cfg.max_steps:,} steps; use a shorter "
                     "horizon, a lower rate or fewer replicas' worth of load"
+                )
+            if self.steps % 4096 == 0 and time.perf_counter() > self.deadline:
+                raise SimulationTooLong(
+                    "the simulation ran past its wall-time limit; use a shorter horizon or "
+                    "a lower rate"
                 )
             self.steps += 1
             if self.cfg.policy == "chunked":
@@ -387,11 +394,15 @@ class FleetResult:
         return sum(r.preemptions for r in self.replicas)
 
 
-def simulate(cfg: FleetConfig, cost: StepCost, requests: list[Request]) -> FleetResult:
+def simulate(cfg: FleetConfig, cost: StepCost, requests: list[Request],
+             deadline: float = math.inf) -> FleetResult:  # fmt: skip
+    """Every replica's run; SimulationTooLong past `max_steps` on a replica or past
+    `deadline` (a time.perf_counter() value)."""
     if cfg.policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {cfg.policy!r}")
     per, rejected = route(cfg, requests)
-    return FleetResult(cfg, [_Replica(cfg, cost, reqs).run() for reqs in per], rejected)
+    replicas = [_Replica(cfg, cost, reqs, deadline).run() for reqs in per]
+    return FleetResult(cfg, replicas, rejected)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -404,11 +404,9 @@ class LongContextAdmission(Lab):
         results = {}
         for policy in fs.POLICIES:
             ctx.check_cancel()
-            results[policy] = fs.simulate(fleet_config(p, policy), fit.cost, requests)
-            if time.perf_counter() - started > WALL_LIMIT_S:
-                raise fs.SimulationTooLong(
-                    f"the simulation took over {WALL_LIMIT_S:.0f} s of wall time; use a "
-                    "shorter horizon or a lower rate")  # fmt: skip
+            results[policy] = fs.simulate(
+                fleet_config(p, policy), fit.cost, requests, started + WALL_LIMIT_S
+            )
         ctx.summary["simulation_wall_s"] = time.perf_counter() - started
         yield from self._series(p, requests, results, fit.cost, ctx)
 

@@ -121,6 +121,8 @@ def test_the_same_seed_gives_the_same_run():
 def test_the_work_is_bounded():
     with pytest.raises(fs.SimulationTooLong, match="steps"):
         fs.simulate(replace(BASE, max_steps=100), COST, make())
+    with pytest.raises(fs.SimulationTooLong, match="wall-time"):
+        fs.simulate(BASE, COST, make(), deadline=0.0)  # long past
 
 
 def test_the_capacity_probe_counts_what_fits():
