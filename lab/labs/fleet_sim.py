@@ -203,7 +203,7 @@ class _Replica:
                     f"a replica took more than {self.cfg.max_steps:,} steps; use a shorter "
                     "horizon, a lower rate or fewer replicas' worth of load"
                 )
-            if self.steps % 4096 == 0 and time.perf_counter() > self.deadline:
+            if self.steps % 256 == 0 and time.perf_counter() > self.deadline:
                 raise SimulationTooLong(
                     "the simulation ran past its wall-time limit; use a shorter horizon or "
                     "a lower rate"
@@ -252,16 +252,18 @@ class _Replica:
     def _decode_kv(self) -> list[_Seq]:
         """Grow each decoding sequence's K/V by one token, oldest first, preempting the
         newest when a block is missing; the sequences that decode this step."""
-        out = []
+        out, gone = [], set()  # ids of the sequences preempted during this call
         for s in list(self.running):
-            if s not in self.running or not s.prefilled:
+            if id(s) in gone or not s.prefilled:
                 continue
             while not self._grow(s, 1):
-                if self._preempt_newest() is s:
+                victim = self._preempt_newest()
+                gone.add(id(victim))
+                if victim is s:
                     break
             else:
                 out.append(s)
-        return [s for s in out if s in self.running]
+        return [s for s in out if id(s) not in gone]
 
     def _prefill_first_step(self) -> None:
         admitted: list[_Seq] = []
