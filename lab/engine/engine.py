@@ -193,6 +193,8 @@ class LLMEngine:
         the KV, and let it decode from its first token (which counts as generated). Raises
         RuntimeError when there is no room now (retry after some requests finish)."""
         params = params or SamplingParams()
+        if params.max_tokens < 2:
+            raise ValueError("A prefilled request already has its one token: max_tokens ≥ 2.")
         tokens = [*handoff.prompt_ids, handoff.first_token]
         if len(tokens) - 1 + params.max_tokens > self.config.max_model_len:
             raise ValueError(

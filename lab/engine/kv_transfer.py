@@ -67,8 +67,9 @@ def send_handoff(sock: socket.socket, handoff: KVHandoff) -> WireBytes:
     ids = torch.tensor(handoff.prompt_ids, dtype=torch.int32).numpy().tobytes()
     payload = memoryview(kv.view(torch.uint8).reshape(-1).numpy())
     dtype = str(kv.dtype).removeprefix("torch.")
+    handoff.meta["t_send"] = time.perf_counter()
     meta = {**handoff.meta, "first_token": handoff.first_token, "shape": list(kv.shape),
-            "dtype": dtype, "t_send": time.perf_counter()}  # fmt: skip
+            "dtype": dtype}  # fmt: skip
     meta_bytes = json.dumps(meta).encode()
     prefix = PREFIX.pack(MAGIC, len(meta_bytes), len(ids), payload.nbytes)
     sock.sendall(prefix + meta_bytes + ids)
