@@ -111,8 +111,11 @@ def spawn_pair(*, block_size: int = 16, max_num_seqs: int = 32, threads: int = 1
                timeout: float = 90) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:  # fmt: skip
     """(prefill, decode) processes, both ready and the prefill one connected to the decode
     one's Unix domain socket; both stopped on exit."""
-    with (tempfile.TemporaryDirectory(prefix="disagg-") as folder,
-          tempfile.TemporaryFile() as decode_log, tempfile.TemporaryFile() as prefill_log):  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory(prefix="disagg-") as folder,
+        tempfile.TemporaryFile() as decode_log,
+        tempfile.TemporaryFile() as prefill_log,
+    ):
         path = str(Path(folder) / "kv.sock")
         workers: list[WorkerProcess] = []
         try:

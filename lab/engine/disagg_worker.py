@@ -43,6 +43,13 @@ def greedy(max_tokens: int) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
 
 
+def step_record(eng: LLMEngine, done: float, prefilled: list[int]) -> dict:
+    """The last step: when it ended, its ms, decodes, prefill tokens and whose prefill."""
+    log = eng.step_log[-1]
+    return {"t": done, "ms": log["ms"], "decodes": log["decode_tokens"],
+            "prefill_tokens": log["prefill_tokens"], "prefilled": prefilled}  # fmt: skip
+
+
 class Worker:
     def __init__(self, args: argparse.Namespace):
         self.args = args
@@ -155,13 +162,10 @@ class Worker:
                 continue
             emitted = eng.step()
             done = time.perf_counter()
-            log = eng.step_log[-1]
             firsts = [rid for rid in emitted if not times.get(ids[rid]["id"])]
             for rid in emitted:
                 times.setdefault(ids[rid]["id"], []).append(done)
-            steps.append({"t": done, "ms": log["ms"], "decodes": log["decode_tokens"],
-                          "prefill_tokens": log["prefill_tokens"],
-                          "prefilled": [ids[rid]["id"] for rid in firsts]})  # fmt: skip
+            steps.append(step_record(eng, done, [ids[rid]["id"] for rid in firsts]))
             for rid in firsts if send else []:
                 r = ids[rid]
                 handoff = eng.export_kv(rid)  # and releases it here
@@ -208,9 +212,7 @@ class Worker:
                 done = time.perf_counter()
                 for rid in emitted:
                     times.setdefault(ids[rid], []).append(done)
-                log = eng.step_log[-1]
-                steps.append({"t": done, "ms": log["ms"], "decodes": log["decode_tokens"],
-                              "prefill_tokens": log["prefill_tokens"], "prefilled": []})  # fmt: skip
+                steps.append(step_record(eng, done, []))
         return {"times": times, "steps": steps, "imports": imports}
 
 

@@ -27,6 +27,7 @@ MODULES = (
     "latency_vs_load",
     "waterfall",
     "retry_storm",
+    "disaggregation",
 )
 
 LABS: dict[str, Lab] = {}
