@@ -58,6 +58,7 @@ SMALL: dict[str, dict[str, Any]] = {
         "input_len": 16,
     },
     "retry-storm": {"seconds_per_policy": 3},
+    "disaggregation": {"long_prompts": 10, "decodes": 20, "decode_output": 64},
 }
 # fmt: on
 
