@@ -41,8 +41,12 @@ class WorkerProcess:
         self._buf = b""
 
     def send(self, cmd: dict[str, Any]) -> None:
-        self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise RuntimeError(f"The {self.role} engine process exited ({self.proc.wait()}): "
+                               f"{self.stderr_tail()}") from None  # fmt: skip
 
     def reply(self, check: Callable[[], None] = lambda: None, timeout: float = 60) -> dict:
         """The next reply line; `check` runs every 0.1 s while waiting (a lab's cancel)."""

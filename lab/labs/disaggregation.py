@@ -69,13 +69,13 @@ class Disaggregation(Lab):
     topics = ("prefill-decode", "serving-design", "kv-cache")
     params = (
         Param("long_prompts", "Long prompts", "int", 16, min=2, max=40),
-        Param("long_min", "Long prompt, shortest", "int", 256, min=64, max=480, unit="tokens"),
-        Param("long_max", "Long prompt, longest", "int", 448, min=64, max=480, unit="tokens"),
+        Param("long_min", "Long prompt, shortest", "int", 256, min=64, max=500, unit="tokens"),
+        Param("long_max", "Long prompt, longest", "int", 448, min=64, max=500, unit="tokens"),
         Param("long_rate", "Long prompt rate", "float", 8.0, min=0.5, max=20, unit="req/s"),
         Param("long_output", "Long prompt output", "int", 8, min=2, max=32, unit="tokens"),
         Param("decodes", "Steady decodes", "int", 30, min=2, max=100),
         Param("decode_prompt", "Decode prompt", "int", 24, min=1, max=128, unit="tokens"),
-        Param("decode_output", "Decode output", "int", 96, min=2, max=256, unit="tokens"),
+        Param("decode_output", "Decode output", "int", 96, min=2, max=500, unit="tokens"),
         Param("decode_rate", "Decode rate", "float", 12.0, min=1, max=50, unit="req/s"),
         Param("block_size", "Block size", "int", 16, min=1, max=64, unit="tokens"),
         Param("seed", "Trace seed", "int", 0, min=0, max=2**31 - 1),
