@@ -159,11 +159,20 @@ def test_latencies_follow_the_serving_benchmark_and_count_every_token():
 
 @pytest.fixture(scope="module")
 def small_run():
-    meter = Meter.start()
-    ctx = RunContext(LAB.clean(SMALL))
-    started = time.perf_counter()
-    points = list(LAB.run(ctx))
-    return points, ctx.summary, contention(meter.end_record()), time.perf_counter() - started
+    for attempt in (1, 2):  # a calibration refused under load says "run again": once
+        meter = Meter.start()
+        ctx = RunContext(LAB.clean(SMALL))
+        started = time.perf_counter()
+        try:
+            points = list(LAB.run(ctx))
+        except CalibrationError:
+            contended = contention(meter.end_record())
+            if attempt == 2 and contended:
+                pytest.skip(f"calibration refused twice under contention ({contended})")
+            if attempt == 2:
+                raise
+            continue
+        return points, ctx.summary, contention(meter.end_record()), time.perf_counter() - started
 
 
 def test_a_small_run_moves_exactly_the_formula_bytes(small_run):
