@@ -66,7 +66,7 @@ class Disaggregation(Lab):
         "absolute number is small; the ratios (TPOT p99 colocated / disaggregated, stall / "
         "transfer time) are what carries over to GPUs, where KV moves over NVLink or RDMA."
     )
-    topics = ("prefill-decode", "serving-design", "kv-cache")
+    topics = ("prefill-decode", "full-stack-latency")
     params = (
         Param("long_prompts", "Long prompts", "int", 16, min=2, max=40),
         Param("long_min", "Long prompt, shortest", "int", 256, min=64, max=500, unit="tokens"),

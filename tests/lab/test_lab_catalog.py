@@ -17,7 +17,7 @@ from questions.bank import BANK_DIR
 EXPECTED = {
     "two-phase", "kv-cache-growth", "kv-vs-no-cache", "batching", "paging", "prefix-caching",
     "quantization", "speculative-decoding", "attention-memory", "cancellation",
-    "http-cancellation", "latency-vs-load", "waterfall", "retry-storm",
+    "http-cancellation", "latency-vs-load", "waterfall", "retry-storm", "disaggregation",
 }  # fmt: skip
 
 
