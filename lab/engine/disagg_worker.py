@@ -43,11 +43,21 @@ def greedy(max_tokens: int) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
 
 
-def step_record(eng: LLMEngine, done: float, prefilled: list[int]) -> dict:
-    """The last step: when it ended, its ms, decodes, prefill tokens and whose prefill."""
+def timed_step(eng: LLMEngine) -> dict:
+    """One engine step: its tokens, when it ended, its wall ms and this thread's CPU ms (CPU
+    time leaves out time the OS gave the core to another process: the step's own work)."""
+    cpu0, wall0 = time.thread_time(), time.perf_counter()
+    emitted = eng.step()
+    done = time.perf_counter()
     log = eng.step_log[-1]
-    return {"t": done, "ms": log["ms"], "decodes": log["decode_tokens"],
-            "prefill_tokens": log["prefill_tokens"], "prefilled": prefilled}  # fmt: skip
+    return {"emitted": emitted, "t": done, "ms": (done - wall0) * 1000,
+            "cpu_ms": (time.thread_time() - cpu0) * 1000, "decodes": log["decode_tokens"],
+            "prefill_tokens": log["prefill_tokens"]}  # fmt: skip
+
+
+def step_record(step: dict, prefilled: list[int]) -> dict:
+    """What the lab gets of a step (JSON): times, batch and whose prefill it ran."""
+    return {**{k: v for k, v in step.items() if k != "emitted"}, "prefilled": prefilled}
 
 
 class Worker:
@@ -118,7 +128,8 @@ class Worker:
     # --- calibration ---------------------------------------------------------------------
     def calibrate(self, cmd: dict) -> dict:
         """Per round and length n: a decode-only step of `decodes` sequences, then the same
-        decodes with a prefill of n tokens joining them (ms, the engine's step time)."""
+        decodes with a prefill of n tokens joining them: [plain ms, mixed ms, plain CPU ms,
+        mixed CPU ms] (CPU: this thread's)."""
         eng, gen = self.engine(), torch.Generator().manual_seed(cmd["seed"])
         vocab = self.model.config.vocab_size
         rounds = cmd["rounds"]
@@ -130,11 +141,10 @@ class Worker:
         for _ in range(rounds):
             row = []
             for n in cmd["lengths"]:
-                eng.step()
-                plain = eng.step_log[-1]["ms"]
+                plain = timed_step(eng)
                 eng.add_request(torch.randint(3, vocab, (n,), generator=gen).tolist(), greedy(1))
-                eng.step()
-                row.append([plain, eng.step_log[-1]["ms"]])
+                mixed = timed_step(eng)
+                row.append([plain["ms"], mixed["ms"], plain["cpu_ms"], mixed["cpu_ms"]])
             out.append(row)
         return {"rounds": out}
 
@@ -160,12 +170,11 @@ class Worker:
             if not eng.has_unfinished():
                 time.sleep(min(0.002, max(0.0, t0 + pending[0]["arrival_s"] - now)))
                 continue
-            emitted = eng.step()
-            done = time.perf_counter()
-            firsts = [rid for rid in emitted if not times.get(ids[rid]["id"])]
-            for rid in emitted:
-                times.setdefault(ids[rid]["id"], []).append(done)
-            steps.append(step_record(eng, done, [ids[rid]["id"] for rid in firsts]))
+            step = timed_step(eng)
+            firsts = [rid for rid in step["emitted"] if not times.get(ids[rid]["id"])]
+            for rid in step["emitted"]:
+                times.setdefault(ids[rid]["id"], []).append(step["t"])
+            steps.append(step_record(step, [ids[rid]["id"] for rid in firsts]))
             for rid in firsts if send else []:
                 r = ids[rid]
                 handoff = eng.export_kv(rid)  # and releases it here
@@ -208,11 +217,10 @@ class Worker:
                                 "import_ms": (time.perf_counter() - started) * 1000,
                                 "header": wire.header, "ids": wire.ids, "kv": wire.kv})  # fmt: skip
             if eng.has_unfinished():
-                emitted = eng.step()
-                done = time.perf_counter()
-                for rid in emitted:
-                    times.setdefault(ids[rid], []).append(done)
-                steps.append(step_record(eng, done, []))
+                step = timed_step(eng)
+                for rid in step["emitted"]:
+                    times.setdefault(ids[rid], []).append(step["t"])
+                steps.append(step_record(step, []))
         return {"times": times, "steps": steps, "imports": imports}
 
 

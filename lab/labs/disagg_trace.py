@@ -75,8 +75,8 @@ def percentile(values: list[float], q: float) -> float:
 
 @dataclass(frozen=True)
 class StallTable:
-    """The stall (ms) a prefill of n tokens adds to a decode step it joins: timed at a few
-    lengths, linear between them (the cost is not a smooth curve on a CPU: attention's
+    """The stall (CPU ms) a prefill of n tokens adds to a decode step it joins: timed at a
+    few lengths, linear between them (the cost is not a smooth curve on a CPU: attention's
     working set crosses cache sizes), summed over the prefills of one step."""
 
     lengths: list[int]
@@ -93,17 +93,18 @@ class StallTable:
     def describe(self) -> str:
         timed = ", ".join(f"{n}: {m:.1f} ms" for n, m in zip(self.lengths, self.median_ms,
                                                              strict=True))  # fmt: skip
-        return ("stall of a decode step a prefill joins, timed at (prompt tokens: median "
-                f"ms) {timed}; linear between them")  # fmt: skip
+        return ("stall (CPU ms) of a decode step a prefill joins, timed with both processes "
+                f"busy at (prompt tokens: median) {timed}; linear between them")  # fmt: skip
 
 
 def stall_table(lengths: list[int], rounds: list[list[list[float]]], flops_per_token: float,
                 warmup: int = 1) -> StallTable:  # fmt: skip
-    """Median (mixed − plain) step ms per length, warm-up rounds dropped. Each segment's
+    """Median (mixed − plain) step CPU ms per length (rounds of [plain ms, mixed ms, plain
+    CPU ms, mixed CPU ms] per length), warm-up rounds dropped. Each segment's
     cost per token is bound-checked as a FLOP rate (a longer prefill that stalled less
     means disturbed timings): CalibrationError, never clamped."""
     kept = rounds[warmup:]
-    medians = [statistics.median(r[i][1] - r[i][0] for r in kept) for i in range(len(lengths))]
+    medians = [statistics.median(r[i][3] - r[i][2] for r in kept) for i in range(len(lengths))]
     if len(set(lengths)) != len(lengths) or len(lengths) < 2 or lengths != sorted(lengths):
         raise CalibrationError("The stall was timed at fewer than 2 distinct lengths.")
     if medians[0] <= 0:
@@ -134,24 +135,33 @@ def latencies(requests: list[Request], t0: float, times: dict[int, list[float]]
     return out
 
 
-def plain_step_ms(steps: list[dict]) -> dict[int, float]:
-    """Median ms of the decode-only steps, by how many sequences they decoded."""
+def plain_step_ms(steps: list[dict], key: str = "cpu_ms") -> dict[int, float]:
+    """Median `key` (cpu_ms or ms) of the decode-only steps, by how many they decoded."""
     by: dict[int, list[float]] = {}
     for s in steps:
         if s["prefill_tokens"] == 0 and s["decodes"] > 0:
-            by.setdefault(s["decodes"], []).append(s["ms"])
+            by.setdefault(s["decodes"], []).append(s[key])
     return {k: statistics.median(v) for k, v in by.items()}
 
 
 def stalls(steps: list[dict], prompt_len: dict[int, int]) -> list[dict]:
-    """Each step where prefills joined running decodes: its ms above a plain decode step of
-    the same batch (nearest batch measured when that one never ran alone)."""
-    plain = plain_step_ms(steps)
+    """Each step where prefills joined running decodes: its CPU ms above a plain decode
+    step's of the same batch (nearest batch measured when that one never ran alone) — the
+    work the prefill added — and its wall ms above a plain step's (what the decodes waited,
+    including any time the OS gave the core to another process)."""
+    plain, plain_wall = plain_step_ms(steps), plain_step_ms(steps, "ms")
     out = []
     for s in steps:
         if not (s["prefilled"] and s["decodes"] and plain):
             continue
         batch = min(plain, key=lambda b: (abs(b - s["decodes"]), b))
-        out.append({**s, "stall_ms": s["ms"] - plain[batch], "plain_ms": plain[batch],
+        out.append({**s, "stall_ms": s["cpu_ms"] - plain[batch], "plain_ms": plain[batch],
+                    "wall_stall_ms": s["ms"] - plain_wall[batch],
                     "prompts": [prompt_len[i] for i in s["prefilled"]]})  # fmt: skip
     return out
+
+
+def off_cpu_pct(steps: list[dict]) -> float:
+    """% of the steps' wall time their thread was not on a CPU (another process had it)."""
+    wall = sum(s["ms"] for s in steps)
+    return max(0.0, 100 * (1 - sum(s["cpu_ms"] for s in steps) / wall)) if wall else 0.0

@@ -31,6 +31,7 @@ from lab.labs.disagg_trace import (
     StallTable,
     kv_bytes,
     latencies,
+    off_cpu_pct,
     percentile,
     stall_table,
     stalls,
@@ -85,7 +86,7 @@ class Disaggregation(Lab):
         Series("ttft-disagg", "TTFT, disaggregated", mode="markers"),
         Series("tpot-colocated", "TPOT, colocated", mode="markers"),
         Series("tpot-disagg", "TPOT, disaggregated", mode="markers"),
-        Series("stall", "decode stall per prefill, colocated", mode="markers"),
+        Series("stall", "stall per prefill (CPU), colocated", mode="markers"),
         Series("stall-predicted", "stall, predicted", "predicted", predicts="stall",
                mode="markers", claim="estimate", band=BANDS["stall-predicted"]),
         Series("transfer", "KV transfer time, disaggregated", mode="markers"),
@@ -139,35 +140,43 @@ class Disaggregation(Lab):
         reqs = trace(p)
         with spawn_pair(block_size=p["block_size"], max_num_seqs=MAX_SEQS,
                         check=ctx.check_cancel) as (pre, dec):  # fmt: skip
-            bandwidth = self._bandwidth(ctx, pre, dec, p["long_max"])
+            rates = self._probe(ctx, pre, dec, p["long_max"])
             fit = self._calibrate(ctx, pre, dec, p)
             ctx.summary.update({
                 "transport": TRANSPORT,
-                "constants": f"local socket {bandwidth / 1e9:.2f} GB/s (best of {PROBES} "
-                             f"{kv_bytes(p['long_max']) / 2**20:.2f} MiB frames)",
+                "constants": self._constants(rates, p),
                 "calibration": fit.describe(),
-                "warmup": f"discarded: {PROBE_WARMUP} probe frames and the first of "
-                          f"{ROUNDS} calibration rounds; each trace runs once per mode",
+                "warmup": f"discarded: {PROBE_WARMUP} probe frames per probe and the first "
+                          f"of {ROUNDS} calibration rounds per process; each trace runs "
+                          "once per mode",
             })  # fmt: skip
             colocated = self._colocated(ctx, pre, dec, reqs)
             yield from self._colocated_points(reqs, colocated, fit, ctx)
             disagg = self._disagg(ctx, pre, dec, reqs)
+            rates += self._probe(ctx, pre, dec, p["long_max"])  # again: best of both
+            ctx.summary["constants"] = self._constants(rates, p)
+            bandwidth = check_value("bandwidth_bytes_s", max(rates), "cpu",
+                                    "local socket bandwidth")  # fmt: skip
+            ctx.summary["socket_median_gb_s"] = statistics.median(rates) / 1e9
             yield from self._disagg_points(reqs, disagg, bandwidth, ctx)
         self._ratios(ctx)
 
     # --- phases --------------------------------------------------------------------------
     @staticmethod
-    def _bandwidth(ctx, pre: WorkerProcess, dec: WorkerProcess, tokens: int) -> float:
-        """Bytes/s of the socket: frames as large as the longest prompt's, one at a time."""
+    def _probe(ctx, pre: WorkerProcess, dec: WorkerProcess, tokens: int) -> list[float]:
+        """Bytes/s of each probe frame (as large as the longest prompt's, one at a time)."""
         ctx.check_cancel()
         count = PROBE_WARMUP + PROBES
         pre.send({"cmd": "send_probe", "tokens": tokens, "count": count})
         dec.send({"cmd": "recv_probe", "count": count})
         _, got = replies([pre, dec], ctx.check_cancel)
-        rates = [n / (t1 - t0) for t0, t1, n in got["frames"][PROBE_WARMUP:]]
-        best = check_value("bandwidth_bytes_s", max(rates), "cpu", "local socket bandwidth")
-        ctx.summary["socket_median_gb_s"] = statistics.median(rates) / 1e9
-        return best
+        return [n / (t1 - t0) for t0, t1, n in got["frames"][PROBE_WARMUP:]]
+
+    @staticmethod
+    def _constants(rates: list[float], p: dict) -> str:
+        return (f"local socket {max(rates) / 1e9:.2f} GB/s (best of {len(rates)} "
+                f"{kv_bytes(p['long_max']) / 2**20:.2f} MiB frames; median "
+                f"{statistics.median(rates) / 1e9:.2f})")  # fmt: skip
 
     @staticmethod
     def _calibrate(ctx, pre: WorkerProcess, dec: WorkerProcess, p: dict) -> StallTable:
@@ -209,7 +218,8 @@ class Disaggregation(Lab):
             s = sent[f["id"]]
             if (s["header"], s["ids"], s["kv"]) != (f["header"], f["ids"], f["kv"]):
                 raise RuntimeError(f"Request {f['id']}: sent {s} but received {f} bytes.")
-        return {"t0": t0, "times": times, "imports": b["imports"], "steps": b["steps"]}
+        return {"t0": t0, "times": times, "imports": b["imports"],
+                "steps": a["steps"] + b["steps"]}  # fmt: skip
 
     # --- points --------------------------------------------------------------------------
     def _colocated_points(self, reqs, run: dict, fit: StallTable, ctx) -> Iterator[Point]:
@@ -224,12 +234,15 @@ class Disaggregation(Lab):
                 continue
             predicted = fit.stall_ms(s["prompts"])
             extra = {"predicted": predicted, "prompt_tokens": s["prompts"],
-                     "decodes_stalled": s["decodes"], "step_ms": s["ms"],
-                     "plain_ms": s["plain_ms"]}  # fmt: skip
+                     "decodes_stalled": s["decodes"], "step_cpu_ms": s["cpu_ms"],
+                     "plain_cpu_ms": s["plain_ms"],
+                     "wall_stall_ms": s["wall_stall_ms"]}  # fmt: skip
             yield Point("stall", longs[0].arrival_s, s["stall_ms"], extra)
             yield Point("stall-predicted", longs[0].arrival_s, predicted)
         ctx.summary["colocated_stall_total_ms"] = sum(s["stall_ms"] for s in found)
+        ctx.summary["colocated_wall_stall_total_ms"] = sum(s["wall_stall_ms"] for s in found)
         ctx.summary["colocated_prefill_joined_steps"] = len(found)
+        ctx.summary["colocated_off_cpu_pct"] = off_cpu_pct([s for st in run["steps"] for s in st])
 
     def _disagg_points(self, reqs, run: dict, bandwidth: float, ctx) -> Iterator[Point]:
         lat = latencies(reqs, run["t0"], run["times"])
@@ -254,6 +267,7 @@ class Disaggregation(Lab):
             "disagg_import_total_ms": sum(f["import_ms"] for f in run["imports"]),
             "kv_kib_per_request_mean": kv_total / len(run["imports"]) / 1024,
             "header_bytes_per_frame": run["imports"][0]["header"],
+            "disagg_off_cpu_pct": off_cpu_pct(run["steps"]),
         })  # fmt: skip
 
     @staticmethod

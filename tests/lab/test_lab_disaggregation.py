@@ -23,6 +23,7 @@ from lab.labs.disagg_trace import (
     StallTable,
     kv_bytes,
     latencies,
+    off_cpu_pct,
     percentile,
     stall_table,
     stalls,
@@ -112,12 +113,14 @@ def test_stall_table_interpolates_and_sums_the_prefills_of_a_step():
 
 
 def rounds(medians: list[float], n: int = 4) -> list[list[list[float]]]:
-    return [[[3.0, 3.0 + m] for m in medians] for _ in range(n)]
+    """[plain ms, mixed ms, plain CPU ms, mixed CPU ms] per length; the wall times are
+    inflated (another process had the core): the table reads CPU time."""
+    return [[[9.0, 9.0 + 3 * m, 3.0, 3.0 + m] for m in medians] for _ in range(n)]
 
 
 def test_stall_table_takes_medians_after_the_warmup():
     r = rounds([2.0, 30.0, 100.0])
-    r[0] = [[3.0, 500.0]] * 3  # a cold first round, discarded
+    r[0] = [[3.0, 500.0, 3.0, 500.0]] * 3  # a cold first round, discarded
     table = stall_table([24, 256, 448], r, flops_per_token())
     assert table.median_ms == pytest.approx([2.0, 30.0, 100.0])
 
@@ -133,15 +136,20 @@ def test_stall_table_refuses_disturbed_timings(medians, says):
 
 
 def test_a_stall_is_the_step_above_a_plain_step_of_the_same_batch():
+    def step(cpu_ms, decodes, prefilled, wall_ms=None):
+        return {"ms": wall_ms or cpu_ms, "cpu_ms": cpu_ms, "decodes": decodes,
+                "prefill_tokens": 300 * len(prefilled), "prefilled": prefilled}  # fmt: skip
+
     steps = [
-        {"ms": 4.0, "decodes": 2, "prefill_tokens": 0, "prefilled": []},
-        {"ms": 5.0, "decodes": 3, "prefill_tokens": 0, "prefilled": []},
-        {"ms": 44.0, "decodes": 2, "prefill_tokens": 300, "prefilled": [7]},
-        {"ms": 50.0, "decodes": 5, "prefill_tokens": 300, "prefilled": [8]},  # nearest: 3
-        {"ms": 60.0, "decodes": 0, "prefill_tokens": 300, "prefilled": [9]},  # none stalled
-    ]
+        step(4.0, 2, []), step(5.0, 3, []), step(4.0, 2, [], wall_ms=9.0),
+        step(44.0, 2, [7], wall_ms=60.0),  # off the CPU for 16 ms: not the prefill's work
+        step(50.0, 5, [8]),  # no plain step of 5 decodes: the nearest, 3
+        step(60.0, 0, [9]),  # nothing stalled
+    ]  # fmt: skip
     found = stalls(steps, {7: 300, 8: 310, 9: 320})
     assert [(s["stall_ms"], s["prompts"]) for s in found] == [(40.0, [300]), (45.0, [310])]
+    assert [s["wall_stall_ms"] for s in found] == [(60.0 - 6.5), 45.0]
+    assert off_cpu_pct(steps[:3]) == pytest.approx(100 * (1 - 13 / 18))
 
 
 def test_latencies_follow_the_serving_benchmark_and_count_every_token():
