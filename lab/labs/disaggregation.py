@@ -14,12 +14,14 @@ frame's bytes / the socket bandwidth (best of 10 probe frames as large as the lo
 prompt's, after 2 discarded); a colocated stall (step ms above a decode-only step of the
 same batch) ≈ the stall timed first, with both processes busy, when a prefill of that
 length joins 4 running decodes (median of 10 rounds after a discarded one per process,
-linear between 6 timed lengths, each segment's cost per token checked as a FLOP rate).
+linear between up to 7 timed lengths ≥ 32 tokens apart, each segment's cost per token
+checked as a FLOP rate).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Iterator
 
 from lab.engine.disagg_pair import WorkerProcess, replies, spawn_pair
@@ -58,14 +60,17 @@ class Disaggregation(Lab):
         "Two engine processes run the same seeded trace twice: long prompts arriving at a "
         "rate among steady decodes. Colocated, each process prefills and decodes its half "
         "of the requests, so a long prefill joins a decode step and stalls every decode in "
-        "it (TPOT p99 climbs). Disaggregated, one process only prefills and hands each "
-        "request's KV over a Unix domain socket to the other, which only decodes: no "
-        "stalls, a transfer per request instead. Predicted: the KV bytes per request "
-        "exactly (2 × layers × KV heads × head dim × 4 B × prompt tokens), each transfer at "
-        "least bytes / the socket bandwidth measured first, and each colocated stall from "
-        "stalls timed first at 6 prompt lengths. On this 2-core CPU and a 5M-parameter model every "
-        "absolute number is small; the ratios (TPOT p99 colocated / disaggregated, stall / "
-        "transfer time) are what carries over to GPUs, where KV moves over NVLink or RDMA."
+        "it (ITL and TPOT p99 climb). Disaggregated, one process only prefills and hands "
+        "each request's prompt KV over a Unix domain socket to the other, which only "
+        "decodes: no stalls, a transfer per request instead — but one prefill process now "
+        "queues what two shared, so TTFT can get worse. Predicted: the KV bytes per request "
+        "exactly (2 × layers × KV heads × head dim × 4 B × prompt tokens; the header "
+        "counted apart), each transfer at least its bytes / the socket bandwidth probed "
+        "first, and each colocated stall (the step's CPU time above a plain decode step's) "
+        "from stalls timed first at up to 7 prompt lengths. On this 2-core CPU and a "
+        "5M-parameter model every absolute number is small; the ratios (ITL and TPOT p99 "
+        "colocated / disaggregated, stall / transfer time) are what carries over to GPUs, "
+        "where KV moves over NVLink or RDMA."
     )
     topics = ("prefill-decode", "full-stack-latency")
     params = (
@@ -183,8 +188,7 @@ class Disaggregation(Lab):
         """Both processes time stalls at once (as both compute in the trace: they share the
         memory bandwidth and caches); the first round of each is discarded, the rest pooled."""
         ctx.check_cancel()
-        lo, hi = p["long_min"], p["long_max"]  # and a decode's prompt: it may join too
-        lengths = sorted({p["decode_prompt"], *(round(lo + (hi - lo) * i / 4) for i in range(5))})
+        lengths = calibration_lengths(p)
         for i, w in enumerate((pre, dec)):
             w.send({"cmd": "calibrate", "lengths": lengths, "decodes": CAL_DECODES,
                     "rounds": ROUNDS, "seed": p["seed"] + 1 + i})  # fmt: skip
@@ -195,7 +199,7 @@ class Disaggregation(Lab):
     @staticmethod
     def _colocated(ctx, pre, dec, reqs: list[Request]) -> dict:
         ctx.check_cancel()
-        t0 = _now() + START_S
+        t0 = time.perf_counter() + START_S
         for i, w in enumerate((pre, dec)):  # every other request to each process
             w.send({"cmd": "trace", "mode": "colocated", "t0": t0,
                     "requests": [r.as_dict() for r in reqs[i::2]]})  # fmt: skip
@@ -206,7 +210,7 @@ class Disaggregation(Lab):
     @staticmethod
     def _disagg(ctx, pre, dec, reqs: list[Request]) -> dict:
         ctx.check_cancel()
-        t0 = _now() + START_S
+        t0 = time.perf_counter() + START_S
         pre.send({"cmd": "trace", "mode": "disagg", "t0": t0,
                   "requests": [r.as_dict() for r in reqs]})  # fmt: skip
         dec.send({"cmd": "trace", "mode": "disagg", "t0": t0, "expect": len(reqs)})
@@ -299,6 +303,21 @@ def _latency_points(mode: str, reqs, lat: dict, ctx) -> Iterator[Point]:
         ctx.summary[f"{mode}_{name}_p99_ms"] = percentile(values, 99)
 
 
+def calibration_lengths(p: dict, min_gap: int = 32) -> list[int]:
+    """Prompt lengths the stall is timed at: a decode's prompt (it may join a step too),
+    half the shortest long prompt, and 5 spanning the long ones; at least `min_gap` tokens
+    apart (closer ones differ by less than the noise), the longest always included."""
+    lo, hi = p["long_min"], p["long_max"]
+    wanted = {p["decode_prompt"], max(1, lo // 2), *(round(lo + (hi - lo) * i / 4)
+                                                     for i in range(5))}  # fmt: skip
+    lengths: list[int] = []
+    for n in sorted(wanted):
+        if not lengths or n - lengths[-1] >= min_gap:
+            lengths.append(n)
+    lengths[-1] = hi  # the last kept is within min_gap of hi, or is hi
+    return lengths
+
+
 def flops_per_token() -> float:
     """Matmul FLOPs of one token through the bundled model's layers (2 × weights)."""
     s = bundled_shape("target")
@@ -310,12 +329,6 @@ def flops_per_token() -> float:
 
 def _ids(times: dict) -> dict[int, list[float]]:
     return {int(k): v for k, v in times.items()}
-
-
-def _now() -> float:
-    import time
-
-    return time.perf_counter()
 
 
 LAB = Disaggregation()

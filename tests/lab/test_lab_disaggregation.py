@@ -29,7 +29,7 @@ from lab.labs.disagg_trace import (
     stalls,
     trace,
 )
-from lab.labs.disaggregation import LAB, flops_per_token
+from lab.labs.disaggregation import LAB, calibration_lengths, flops_per_token
 from lab.labs.verdicts import contention, judge, pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -102,6 +102,15 @@ def test_predict_draws_one_exact_point_per_request_before_the_run():
     reqs = trace(p)
     assert [pt.series for pt in points] == ["kv-bytes-predicted"] * len(reqs)
     assert [pt.y for pt in points] == [len(r.prompt) * 2560 / 1024 for r in reqs]
+
+
+@pytest.mark.parametrize(("raw", "lengths"), [
+    ({}, [24, 128, 256, 304, 352, 400, 448]),
+    ({"long_min": 64, "long_max": 64, "decode_prompt": 64}, [32, 64]),
+    ({"long_min": 256, "long_max": 270}, [24, 128, 270]),
+])  # fmt: skip
+def test_the_stall_is_timed_at_lengths_apart_that_span_the_trace(raw, lengths):
+    assert calibration_lengths(LAB.clean(raw)) == lengths
 
 
 def test_stall_table_interpolates_and_sums_the_prefills_of_a_step():
