@@ -208,7 +208,9 @@ class Worker:
                 started = time.perf_counter()
                 try:
                     rid = eng.add_prefilled(handoff, greedy(handoff.meta["max_tokens"]))
-                except RuntimeError:  # full: decode some first
+                except RuntimeError:  # full: decode some first (never when empty)
+                    if not eng.has_unfinished():
+                        raise
                     break
                 backlog.pop(0)
                 ids[rid] = handoff.meta["request"]
