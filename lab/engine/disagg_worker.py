@@ -90,6 +90,7 @@ class Worker:
                     handoff, wire = got
                     target = self.probes if "probe" in handoff.meta else self.frames
                     target.put((handoff, wire))
+            raise ConnectionError("the prefill process closed the KV socket")
         except Exception as exc:  # surfaces in the next command that waits on a frame
             self.frames.put(exc)
             self.probes.put(exc)
@@ -100,8 +101,11 @@ class Worker:
         return {}
 
     @staticmethod
-    def _get(q: queue.Queue, timeout: float | None):
-        item = q.get(timeout=timeout)
+    def _get(q: queue.Queue, timeout: float):
+        try:
+            item = q.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError(f"No KV frame arrived within {timeout:g} s.") from None
         if isinstance(item, Exception):
             raise RuntimeError(f"The KV receiver failed: {item}")
         return item
