@@ -60,6 +60,7 @@ SMALL: dict[str, dict[str, Any]] = {
     "retry-storm": {"seconds_per_policy": 3},
     "long-context-admission": {"replicas": 2, "short_rate": 4.0, "long_count": 2,
                                "horizon_s": 30.0},
+    "disaggregation": {"long_prompts": 10, "decodes": 20, "decode_output": 64},
 }
 # fmt: on
 

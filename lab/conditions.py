@@ -4,14 +4,16 @@ in LabRun.conditions, shown on the run page). A slower measurement on a busy mac
 explained by the numbers beside it, not guessed at.
 
 CPU share = CPU time of the process running the lab (all its threads: time.process_time)
-over the run's wall time, in % of one core; it can reach cores × 100 % with several threads.
-A lab that drives a child process (the serving labs start an engine server) counts only its
-own process here.
+plus that of the child processes it started and waited for (an engine server, the
+disaggregation lab's two engine processes), over the run's wall time, in % of one core; it
+can reach cores × 100 % with several threads or children. Without the children, a lab whose
+work runs in them would look starved (≈ 0 %) and every miss would read as contention.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,12 @@ def _torch_threads() -> int | None:
     return torch.get_num_threads()
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that have been waited for."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 @dataclass
 class Meter:
     """Started when the run starts; `start_record()` and `end_record()` give what is stored."""
@@ -42,7 +50,7 @@ class Meter:
 
     @classmethod
     def start(cls) -> Meter:
-        return cls(time.perf_counter(), time.process_time(), tuple(_loadavg()))
+        return cls(time.perf_counter(), _cpu_s(), tuple(_loadavg()))
 
     def start_record(self) -> dict[str, Any]:
         return {
@@ -55,7 +63,7 @@ class Meter:
 
     def end_record(self) -> dict[str, Any]:
         wall = time.perf_counter() - self.wall0
-        cpu = time.process_time() - self.cpu0
+        cpu = _cpu_s() - self.cpu0
         return {
             **self.start_record(),
             "load_end": _loadavg(),

@@ -25,11 +25,12 @@ from lab.engine.block_manager import BlockManager
 from lab.engine.config import EngineConfig
 from lab.engine.contiguous_allocator import ContiguousAllocator
 from lab.engine.kv_pool import KVPool, kv_usage
+from lab.engine.kv_transfer import KVHandoff, slots_of
 from lab.engine.model import LlamaModel, load_model
 from lab.engine.model_runner import ModelRunner
 from lab.engine.sampler import SamplingParams, make_generator, sample
 from lab.engine.scheduler import Scheduler
-from lab.engine.sequence import Sequence
+from lab.engine.sequence import Sequence, SequenceStatus
 from lab.engine.static_scheduler import StaticScheduler
 
 
@@ -164,6 +165,67 @@ class LLMEngine:
         )
         seq.arrival_time = self.requests[request_id].arrival
         self.scheduler.add(seq)
+        return request_id
+
+    # --- prefill/decode disaggregation (kv_transfer.py) ----------------------------------
+    def export_kv(self, request_id: int, release: bool = True) -> KVHandoff:
+        """The KV of a request whose prefill is done (its prompt tokens only), its first
+        sampled token and the position that token takes; `release` aborts the request
+        here, freeing its blocks (a prefill engine hands it off and forgets it)."""
+        seq = self.requests[request_id].seq
+        if seq.num_generated_tokens != 1 or seq.num_computed_tokens != seq.num_prompt_tokens:
+            raise ValueError(
+                f"Request {request_id} is not just past its prefill (generated "
+                f"{seq.num_generated_tokens} tokens); export right after its first token."
+            )
+        if self.pool is None or self.config.mode != "paged":
+            raise ValueError("KV export needs the paged KV cache (EngineConfig.mode 'paged').")
+        slots = slots_of(seq.block_table, seq.num_prompt_tokens, self.config.block_size)
+        kv = self.pool.kv.flatten(2, 3)[:, :, slots].contiguous()  # [layers, 2, tokens, h, d]
+        handoff = KVHandoff(seq.token_ids[: seq.num_prompt_tokens], seq.last_token, kv)
+        if release:
+            self.abort(request_id)
+        return handoff
+
+    def add_prefilled(self, handoff: KVHandoff, params: SamplingParams | None = None,
+                      arrival: float | None = None) -> int:  # fmt: skip
+        """Add a request whose prompt KV was computed elsewhere: allocate its blocks, write
+        the KV, and let it decode from its first token (which counts as generated). Raises
+        RuntimeError when there is no room now (retry after some requests finish)."""
+        params = params or SamplingParams()
+        if params.max_tokens < 2:
+            raise ValueError("A prefilled request already has its one token: max_tokens ≥ 2.")
+        tokens = [*handoff.prompt_ids, handoff.first_token]
+        if len(tokens) - 1 + params.max_tokens > self.config.max_model_len:
+            raise ValueError(
+                f"Prompt ({len(tokens) - 1} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                f"max_model_len ({self.config.max_model_len})."
+            )
+        expected = (self.model.config.num_hidden_layers, 2, len(tokens) - 1,
+                    self.model.config.num_key_value_heads, self.model.config.head_dim)  # fmt: skip
+        if tuple(handoff.kv.shape) != expected or handoff.kv.dtype != self.model.dtype:
+            raise ValueError(
+                f"The handed-off KV is {tuple(handoff.kv.shape)} {handoff.kv.dtype}; this "
+                f"engine's model needs {expected} {self.model.dtype} (same model on both sides)."
+            )
+        scheduler = self.scheduler
+        request_id = next(self._ids)
+        seq = Sequence(request_id, tokens, num_prompt_tokens=len(tokens) - 1,
+                       sampling_params=params)  # fmt: skip
+        if (not isinstance(scheduler, Scheduler) or len(scheduler.running) >= scheduler.max_num_seqs
+                or not self.manager.can_allocate(seq)):  # fmt: skip
+            raise RuntimeError("No room for a prefilled request now (sequences or KV blocks).")
+        self.manager.allocate(seq)
+        slots = slots_of(seq.block_table, seq.num_prompt_tokens, self.config.block_size)
+        self.pool.kv.flatten(2, 3)[:, :, slots] = handoff.kv.to(self.device)
+        seq.num_computed_tokens = seq.num_prefill_tokens = seq.num_prompt_tokens
+        seq.status = SequenceStatus.RUNNING
+        now = time.perf_counter()
+        state = RequestState(seq, params, make_generator(params, self.device), arrival or now)
+        state.first_scheduled = now
+        self.requests[request_id] = state
+        seq.arrival_time = state.arrival
+        scheduler.add_running(seq)
         return request_id
 
     def abort(self, request_id: int) -> bool:

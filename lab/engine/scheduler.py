@@ -147,6 +147,12 @@ class Scheduler(BaseScheduler):
         self._order[seq.seq_id] = len(self._order)
         super().add(seq)
 
+    def add_running(self, seq: Sequence) -> None:
+        """Take a sequence that already holds its blocks and computed KV (its prefill ran on
+        another engine): it decodes from the next step on."""
+        self._order[seq.seq_id] = len(self._order)
+        self.running.append(seq)
+
     def schedule(self) -> ScheduledBatch:
         """Plan one step: every decode first, then prefills (running chunks, then FCFS)."""
         batch = ScheduledBatch()

@@ -28,6 +28,7 @@ MODULES = (
     "waterfall",
     "retry_storm",
     "long_context_admission",
+    "disaggregation",
 )
 
 LABS: dict[str, Lab] = {}

@@ -33,11 +33,16 @@ document.addEventListener("DOMContentLoaded", () => {
         ? { type: "data", symmetric: false, array: [], arrayminus: [], visible: true } : undefined,
     }));
   const chart = page.lab.chart;
+  // On a phone a legend of many series wraps into rows; below the plot it ran over the
+  // x-axis title, so there it goes above the plot, with the height grown to keep the plot.
+  const narrow = chartDiv.clientWidth < 560;
   const layout = {
-    margin: { t: 20, r: chart.y2_title ? 60 : 10, b: 50, l: 70 }, height: 420,
+    margin: { t: 20, r: chart.y2_title ? 60 : 10, b: 50, l: 70 },
+    height: narrow ? 320 + 20 * series.length : 420,
     xaxis: { title: { text: chart.x_title }, type: chart.x_type },
     yaxis: { title: { text: chart.y_title }, type: chart.y_type, rangemode: "tozero" },
-    legend: { orientation: "h", y: -0.2 },
+    legend: narrow ? { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" }
+      : { orientation: "h", y: -0.2 },
   };
   if (series.some((s) => s.mode === "bar")) layout.barmode = "stack";
   if (chart.y2_title) {

@@ -18,7 +18,7 @@ EXPECTED = {
     "two-phase", "kv-cache-growth", "kv-vs-no-cache", "batching", "paging", "prefix-caching",
     "quantization", "speculative-decoding", "attention-memory", "cancellation",
     "http-cancellation", "latency-vs-load", "waterfall", "retry-storm",
-    "long-context-admission",
+    "long-context-admission", "disaggregation",
 }  # fmt: skip
 
 
