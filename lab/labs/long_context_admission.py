@@ -331,7 +331,7 @@ class LongContextAdmission(Lab):
         Series("ttft-p99-cap", "shorts' TTFT p99, cap", mode="lines"),
         Series("ttft-p99-pool", "shorts' TTFT p99, pool", mode="lines"),
         Series("ttft-p99-chunked", "shorts' TTFT p99, chunked", mode="lines"),
-        Series("wait-fifo", "mean queueing delay so far, fifo", mode="markers"),
+        Series("wait-fifo", "mean queueing delay so far, fifo (simulated)", mode="markers"),
         Series("wait-fifo-predicted", "mean queueing delay, fifo, predicted", "predicted",
                predicts="wait-fifo", mode="lines", claim="estimate",
                band=BANDS["wait-fifo-predicted"]),

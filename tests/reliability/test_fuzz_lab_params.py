@@ -161,8 +161,9 @@ def form_posts(draw):
 
 @pytest.mark.django_db
 def test_the_lab_form_starts_a_run_or_explains_and_writes_nothing(
-    client, settings, django_capture_on_commit_callbacks
+    client, settings, django_capture_on_commit_callbacks, redis_url
 ):
+    settings.REDIS_URL = redis_url  # a run is refused while Redis does not answer
     settings.RATELIMITS = {}  # the limits have their own tests
     settings.LAB_MAX_ACTIVE_RUNS = 10**6
     cache.set("lab:workers", [], 3600)  # no GPU worker: a GPU run is refused at once
