@@ -121,6 +121,17 @@ def fitted_rate(seconds_per_unit: float, device_type: str = "cpu", what: str = "
     return check_value("flop_s", 1.0 / seconds_per_unit, device_type, what or "fitted FLOP/s")
 
 
+def positive_cost(ms: float, what: str, symptom: str) -> float:
+    """A fitted cost in ms that must be positive (a fixed cost per step, a cost per
+    sequence), or CalibrationError saying what the timings showed instead (never clamped)."""
+    if not (math.isfinite(ms) and ms > 0):
+        raise CalibrationError(
+            f"The fitted {what} is {ms:.3g} ms (it must be positive): {symptom}, so the "
+            "timings were disturbed. No prediction is drawn; run again on a quieter machine."
+        )
+    return ms
+
+
 def size_class(num_bytes: int) -> int:
     """The buffer size a read-bandwidth figure is measured (and cached) for: the next power
     of two, at least 1 MiB."""

@@ -38,10 +38,10 @@ from lab.engine.engine import LLMEngine
 from lab.engine.sampler import SamplingParams
 from lab.labs import fleet_sim as fs
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
-from lab.labs.calibration import CalibrationError, fitted_rate, round_robin
+from lab.labs.calibration import positive_cost, round_robin
 from lab.labs.common import bundled_shape, random_model
 from lab.labs.kv_vs_no_cache import fit_slope
-from lab.labs.two_phase import step_flops
+from lab.labs.prefix_caching import token_flop_s
 
 BANDS = {"displaced-predicted": 0, "wait-fifo-predicted": 0.25}
 PREFILL_LENGTHS = (64, 192, 320, 448)
@@ -70,16 +70,11 @@ class CostFit:
             f"step cost MEASURED on this worker's model — prefill (tokens: median) {pf}; "
             f"decode (batch×context: median) {dc}; fitted {c.fixed_ms:.2f} ms per step + "
             f"{c.prefill_token_ms * 1000:.1f} µs per prefill token "
-            f"({_token_flop_s(model, c.prefill_token_ms) / 1e9:.1f} GFLOP/s) + "
+            f"({token_flop_s(model, c.prefill_token_ms) / 1e9:.1f} GFLOP/s) + "
             f"{c.decode_seq_ms * 1000:.1f} µs per decoding sequence + "
             f"{c.context_token_ms * 1e6:.1f} ns per context token; worst fit residual "
             f"{self.worst_residual:.0%}; extrapolated linearly to 200k-token prompts"
         )
-
-
-def _token_flop_s(model, per_token_ms: float) -> float:
-    flops = step_flops(model, 1, 0, 0)
-    return fitted_rate(per_token_ms / 1000 / flops, "cpu", "prefill cost per token (FLOP/s)")
 
 
 def fit_step_cost(prefill_ms: list[float], decode_ms: list[float]) -> tuple[float, ...]:
@@ -102,20 +97,10 @@ def checked_cost(model, prefill_ms: list[float], decode_ms: list[float]) -> Cost
     """The fitted StepCost, or CalibrationError when a cost is not physical (never clamped)."""
     a, b, d, e = fit_step_cost(prefill_ms, decode_ms)
     # the prefills alone must also grow with their length (a shared intercept could hide it)
-    _token_flop_s(model, fit_slope([float(n) for n in PREFILL_LENGTHS], prefill_ms))
-    if not a > 0:
-        raise CalibrationError(
-            f"The fitted fixed cost per step is {a:.3g} ms (it must be positive): the short "
-            "steps did not take their share of the time, so the timings were disturbed. No "
-            "prediction is drawn; run again on a quieter machine."
-        )
-    if not d > 0:
-        raise CalibrationError(
-            f"The fitted cost per decoding sequence is {d:.3g} ms (it must be positive): the "
-            "larger batches did not take longer, so the timings were disturbed. No "
-            "prediction is drawn; run again on a quieter machine."
-        )
-    _token_flop_s(model, b)  # refuses a non-physical per-token cost
+    token_flop_s(model, fit_slope([float(n) for n in PREFILL_LENGTHS], prefill_ms))
+    positive_cost(a, "fixed cost per step", "the short steps did not take their share of the time")
+    positive_cost(d, "cost per decoding sequence", "the larger batches did not take longer")
+    token_flop_s(model, b)  # refuses a non-physical per-token cost
     cost = fs.StepCost(a, b, d, e)
     fitted = [cost.step_ms(n, 0, 0) for n in PREFILL_LENGTHS]
     fitted += [cost.step_ms(0, bb, bb * n) for bb, n in DECODE_POINTS]

@@ -29,7 +29,7 @@ from lab.engine.config import EngineConfig
 from lab.engine.engine import LLMEngine
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
-from lab.labs.calibration import CalibrationError, fitted_rate
+from lab.labs.calibration import CalibrationError, fitted_rate, positive_cost
 from lab.labs.common import bundled_shape, random_model, tokenizer
 from lab.labs.formulas import prefix_hit_tokens
 from lab.labs.two_phase import step_flops
@@ -308,11 +308,11 @@ class PrefillFit:
         return (
             f"prefill timed at (computed tokens: median TTFT) {timed}; fitted "
             f"{self.step_ms:.2f} ms per step + {self.per_token_ms * 1000:.1f} µs per computed "
-            f"token ({_token_flop_s(model, self.per_token_ms) / 1e9:.1f} GFLOP/s) + {pair}"
+            f"token ({token_flop_s(model, self.per_token_ms) / 1e9:.1f} GFLOP/s) + {pair}"
         )
 
 
-def _token_flop_s(model, per_token_ms: float) -> float:
+def token_flop_s(model, per_token_ms: float) -> float:
     """The FLOP rate a per-token cost implies, bound-checked like a measured one."""
     flops = step_flops(model, 1, 0, 0)  # the layers' matmuls for one token
     return fitted_rate(per_token_ms / 1000 / flops, "cpu", "prefill cost per token (FLOP/s)")
@@ -370,13 +370,9 @@ def checked_fit(model, design: list[tuple[int, int]], median_ms: list[float]) ->
     """PrefillFit of the timings, or CalibrationError when a cost is not physical: a fixed
     step cost ≤ 0 or a per-token cost outside the FLOP-rate bounds (never clamped)."""
     a, b, c = fit_prefill(design, median_ms)
-    if not a > 0:
-        raise CalibrationError(
-            f"The fitted fixed cost per prefill step is {a:.3g} ms (it must be positive): the "
-            "short prompts did not take their share of the time, so the timings were "
-            "disturbed. No prediction is drawn; run again on a quieter machine."
-        )
-    _token_flop_s(model, b)  # refuses a non-physical per-token cost
+    positive_cost(a, "fixed cost per prefill step",
+                  "the short prompts did not take their share of the time")  # fmt: skip
+    token_flop_s(model, b)  # refuses a non-physical per-token cost
     return PrefillFit(a, b, c, design, median_ms)
 
 

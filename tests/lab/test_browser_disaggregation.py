@@ -7,7 +7,6 @@ and at 390 px the chart first with nothing overflowing sideways. The question pa
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from playwright.sync_api import Browser, Page, expect
 
@@ -18,25 +17,11 @@ pytestmark = [
     pytest.mark.celery_integration,
     pytest.mark.django_db(transaction=True),
 ]
-PASSWORD = "measure-then-believe"
 PREDICTED = {"kv-bytes-predicted", "transfer-bound", "stall-predicted"}
 
 
-@pytest.fixture
-def learner(settings, redis_url, live_worker):
-    settings.REDIS_URL = redis_url
-    return get_user_model().objects.create_user("ada", password=PASSWORD)
-
-
-def log_in(page: Page, base: str) -> None:
-    page.goto(f"{base}/accounts/login/")
-    page.get_by_label("Username").fill("ada")
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-
-
 def test_a_default_run_from_the_page_holds_its_claims_and_reads_at_390_px(
-    asgi_server, learner, orm, page: Page, browser: Browser
+    asgi_server, learner, log_in, orm, page: Page, browser: Browser
 ):
     log_in(page, asgi_server)
     page.goto(f"{asgi_server}/lab/disaggregation/")
@@ -80,7 +65,7 @@ def test_a_default_run_from_the_page_holds_its_claims_and_reads_at_390_px(
     context.close()
 
 
-def test_the_prefill_decode_questions_link_the_lab(asgi_server, learner, orm, page: Page):
+def test_the_prefill_decode_questions_link_the_lab(asgi_server, learner, log_in, orm, page: Page):
     orm(call_command, "load_bank", verbosity=0)
     log_in(page, asgi_server)
     page.goto(f"{asgi_server}/lab/disaggregation/")

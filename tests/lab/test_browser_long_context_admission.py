@@ -6,7 +6,6 @@ held, the queueing estimate held or (under contention) inconclusive — also aft
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from playwright.sync_api import Page, expect
 
 from lab.models import LabRun
@@ -16,27 +15,13 @@ pytestmark = [
     pytest.mark.celery_integration,
     pytest.mark.django_db(transaction=True),
 ]
-PASSWORD = "measure-then-simulate"
 SLUG = "long-context-admission"
 SMALL = {"replicas": 2, "short_rate": 4, "long_count": 2, "horizon_s": 30}
 PREDICTED = {"displaced-predicted", "wait-fifo-predicted"}
 
 
-@pytest.fixture
-def learner(settings, redis_url, live_worker):
-    settings.REDIS_URL = redis_url
-    return get_user_model().objects.create_user("ada", password=PASSWORD)
-
-
-def log_in(page: Page, base: str) -> None:
-    page.goto(f"{base}/accounts/login/")
-    page.get_by_label("Username").fill("ada")
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-
-
 def test_a_small_run_from_the_lab_page_ends_done_with_its_verdicts(
-    asgi_server, learner, orm, page: Page
+    asgi_server, learner, log_in, orm, page: Page
 ):
     log_in(page, asgi_server)
     page.goto(f"{asgi_server}/lab/{SLUG}/")

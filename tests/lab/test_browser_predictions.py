@@ -7,7 +7,6 @@ beating a bound. Speed is not asserted: only what the page says about its own pr
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from playwright.sync_api import Page, expect
 
 from lab.models import LabRun
@@ -17,7 +16,6 @@ pytestmark = [
     pytest.mark.celery_integration,
     pytest.mark.django_db(transaction=True),
 ]
-PASSWORD = "measure-then-believe"
 SMALL = {
     "kv-vs-no-cache": {"prompt_tokens": 16, "new_tokens": 96, "every": 8},
     "two-phase": {"max_prompt_tokens": 64, "max_batch": 4, "repeats": 3},
@@ -30,22 +28,9 @@ PREDICTED = {
 CONSTANTS = {"kv-vs-no-cache": "GFLOP/s", "two-phase": "GB/s"}
 
 
-@pytest.fixture
-def learner(settings, redis_url, live_worker):
-    settings.REDIS_URL = redis_url
-    return get_user_model().objects.create_user("ada", password=PASSWORD)
-
-
-def log_in(page: Page, base: str) -> None:
-    page.goto(f"{base}/accounts/login/")
-    page.get_by_label("Username").fill("ada")
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-
-
 @pytest.mark.parametrize("slug", ["kv-vs-no-cache", "two-phase"])
 def test_a_small_run_shows_its_constants_and_verdicts_that_held(
-    asgi_server, learner, orm, page: Page, slug
+    asgi_server, learner, log_in, orm, page: Page, slug
 ):
     log_in(page, asgi_server)
     page.goto(f"{asgi_server}/lab/{slug}/")
