@@ -133,7 +133,9 @@ class Worker:
     def calibrate(self, cmd: dict) -> dict:
         """Per round and length n: a decode-only step of `decodes` sequences, then the same
         decodes with a prefill of n tokens joining them: [plain ms, mixed ms, plain CPU ms,
-        mixed CPU ms] (CPU: this thread's)."""
+        mixed CPU ms] (CPU: this thread's). Each round moves n by a seeded offset within
+        ±`jitter` tokens: as in a trace, a prompt length is seldom seen twice (a new size
+        costs fresh allocations), and a symmetric offset leaves the median at n."""
         eng, gen = self.engine(), torch.Generator().manual_seed(cmd["seed"])
         vocab = self.model.config.vocab_size
         rounds = cmd["rounds"]
@@ -145,6 +147,8 @@ class Worker:
         for _ in range(rounds):
             row = []
             for n in cmd["lengths"]:
+                jitter = min(cmd.get("jitter", 0), n - 1)
+                n += int(torch.randint(-jitter, jitter + 1, (1,), generator=gen))
                 plain = timed_step(eng)
                 eng.add_request(torch.randint(3, vocab, (n,), generator=gen).tolist(), greedy(1))
                 mixed = timed_step(eng)

@@ -14,8 +14,9 @@ frame's bytes / the socket bandwidth (best of 10 probe frames as large as the lo
 prompt's, after 2 discarded); a colocated stall (step ms above a decode-only step of the
 same batch) ≈ the stall timed first, with both processes busy, when a prefill of that
 length joins 4 running decodes (median of 10 rounds after a discarded one per process,
-linear between up to 7 timed lengths ≥ 32 tokens apart, each segment's cost per token
-checked as a FLOP rate).
+each round's length moved by a seeded ±8 tokens as a trace's lengths vary, linear between
+up to 7 timed lengths ≥ 32 tokens apart, each segment's cost per token checked as a FLOP
+rate).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ BANDS = {"kv-bytes-predicted": 0, "transfer-bound": 0.2, "stall-predicted": 0.25
 MAX_SEQS = 32  # per engine process
 PROBES, PROBE_WARMUP = 10, 2
 ROUNDS, CAL_DECODES = 6, 4  # stall calibration: rounds (the first discarded), decodes
+JITTER = 8  # stall calibration: each round's length within ± this many tokens of nominal
 START_S = 0.3  # a trace starts this long after it is sent (both processes get it first)
 TRANSPORT = ("Unix domain socket (AF_UNIX stream); a KVH1 frame per request: 16-byte "
              "prefix + JSON meta (the header, counted apart) + int32 prompt ids + raw fp32 "
@@ -191,7 +193,7 @@ class Disaggregation(Lab):
         lengths = calibration_lengths(p)
         for i, w in enumerate((pre, dec)):
             w.send({"cmd": "calibrate", "lengths": lengths, "decodes": CAL_DECODES,
-                    "rounds": ROUNDS, "seed": p["seed"] + 1 + i})  # fmt: skip
+                    "rounds": ROUNDS, "seed": p["seed"] + 1 + i, "jitter": JITTER})  # fmt: skip
         a, b = replies([pre, dec], ctx.check_cancel)
         return stall_table(lengths, a["rounds"][1:] + b["rounds"][1:], flops_per_token(),
                            warmup=0)  # fmt: skip

@@ -29,7 +29,7 @@ from lab.labs.disagg_trace import (
     stalls,
     trace,
 )
-from lab.labs.disaggregation import BANDS, LAB, calibration_lengths, flops_per_token
+from lab.labs.disaggregation import LAB, calibration_lengths, flops_per_token
 from lab.labs.verdicts import contention, judge, pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -236,16 +236,7 @@ def test_a_small_run_lands_inside_its_claims(small_run):
     assert verdicts["kv-bytes-predicted"].status == "held"  # exact: contention no excuse
     ok = ("held", "inconclusive") if contended else ("held",)
     assert verdicts["transfer-bound"].status in ok, verdicts["transfer-bound"].text
-    stall = verdicts["stall-predicted"]
-    if stall.status not in ok:
-        # Seen once in the whole suite on 2 cores (median 1.61x, not flagged as contended):
-        # the estimate must then hold on a second, independent run — both verdicts shown.
-        points2, _, contended2, _ = _run_small()
-        rows = pairs(LAB, points2)["stall-predicted"]
-        series = replace(LAB.series_by_name()["stall-predicted"], band=2 * BANDS["stall-predicted"])
-        again = judge(series, rows, contended2)
-        ok2 = ("held", "inconclusive") if contended2 else ("held",)
-        assert again.status in ok2, f"first: {stall.text}; second: {again.text}"
+    assert verdicts["stall-predicted"].status in ok, verdicts["stall-predicted"].text
     assert "more than 1.2×" not in verdicts["transfer-bound"].text
 
 
