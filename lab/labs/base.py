@@ -129,6 +129,9 @@ class Series:
     claim: str = ""
     band: float = 0.0
     bound_side: str = "lower"  # bound: "lower" (measured ≥ it) or "upper" (measured ≤ it)
+    # Drawn but switched off at first (a legend click shows it): for a chart of many series
+    # whose secondary ones would crowd the lesson. Its verdict and points are unchanged.
+    hidden: bool = False
 
 
 @dataclass(frozen=True)

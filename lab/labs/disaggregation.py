@@ -72,7 +72,8 @@ class Disaggregation(Lab):
         "from stalls timed first at up to 7 prompt lengths. On this 2-core CPU and a "
         "5M-parameter model every absolute number is small; the ratios (ITL and TPOT p99 "
         "colocated / disaggregated, stall / transfer time) are what carries over to GPUs, "
-        "where KV moves over NVLink or RDMA."
+        "where KV moves over NVLink or RDMA. The chart opens on TPOT, stalls and transfers; TTFT "
+        "and the KV bytes are in its legend (click to show) and in the tables below."
     )
     topics = ("prefill-decode", "full-stack-latency")
     params = (
@@ -89,8 +90,8 @@ class Disaggregation(Lab):
         Param("seed", "Trace seed", "int", 0, min=0, max=2**31 - 1),
     )  # fmt: skip
     series = (
-        Series("ttft-colocated", "TTFT, colocated", mode="markers"),
-        Series("ttft-disagg", "TTFT, disaggregated", mode="markers"),
+        Series("ttft-colocated", "TTFT, colocated", mode="markers", hidden=True),
+        Series("ttft-disagg", "TTFT, disaggregated", mode="markers", hidden=True),
         Series("tpot-colocated", "TPOT, colocated", mode="markers"),
         Series("tpot-disagg", "TPOT, disaggregated", mode="markers"),
         Series("stall", "stall per prefill (CPU), colocated", mode="markers"),
@@ -100,9 +101,10 @@ class Disaggregation(Lab):
         Series("transfer-bound", "transfer ≥ bytes / socket bandwidth", "predicted",
                predicts="transfer", mode="markers", claim="bound",
                band=BANDS["transfer-bound"]),
-        Series("kv-bytes", "KV sent per request", axis="y2", mode="markers"),
+        Series("kv-bytes", "KV sent per request", axis="y2", mode="markers", hidden=True),
         Series("kv-bytes-predicted", "KV bytes, formula", "predicted", predicts="kv-bytes",
-               axis="y2", mode="markers", claim="exact", band=BANDS["kv-bytes-predicted"]),
+               axis="y2", mode="markers", claim="exact", band=BANDS["kv-bytes-predicted"],
+               hidden=True),
     )  # fmt: skip
     chart = Chart("request arrival (s)", "ms", y2_title="KV sent (KiB)", y_type="log")
     time_limit_s = 150

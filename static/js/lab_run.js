@@ -23,9 +23,11 @@ document.addEventListener("DOMContentLoaded", () => {
 
   // mode "bar": a bar trace; several bar series are stacked (a waterfall of hops per x).
   const traces = series.map((s) => (s.mode === "bar"
-    ? { name: s.label, type: "bar", x: [], y: [], yaxis: s.axis === "y2" ? "y2" : "y" }
+    ? { name: s.label, type: "bar", x: [], y: [], yaxis: s.axis === "y2" ? "y2" : "y",
+      visible: s.hidden ? "legendonly" : true }
     : {
       name: s.label, type: "scatter", mode: s.mode, x: [], y: [],
+      visible: s.hidden ? "legendonly" : true, // hidden: off until its legend entry is clicked
       yaxis: s.axis === "y2" ? "y2" : "y",
       line: s.kind === "predicted" ? { dash: "dash" } : {},
       // the spread of a point's repeats (extra.lo .. extra.hi) as error bars

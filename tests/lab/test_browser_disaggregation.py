@@ -47,6 +47,21 @@ def test_a_default_run_from_the_page_holds_its_claims_and_reads_at_390_px(
         assert status in ("held", "inconclusive"), f"{series}: {text}"
         if status == "inconclusive":
             assert "under contention" in text
+    # TTFT and the KV bytes start switched off (a legend click shows them), with their points
+    traces = page.evaluate("""() => document.getElementById("lab-chart").data.map(
+        (t) => [t.name, t.visible, t.x.length])""")
+    off = {name for name, visible, _ in traces if visible == "legendonly"}
+    assert off == {
+        "TTFT, colocated",
+        "TTFT, disaggregated",
+        "KV sent per request",
+        "KV bytes, formula",
+    }, traces
+    assert all(n > 0 for _, _, n in traces), traces
+    entry = page.locator(".legend .traces", has_text="KV sent per request")
+    entry.locator(".legendtoggle").click(force=True)  # plotly's click target for an entry
+    page.wait_for_function("""() => document.getElementById("lab-chart").data.find(
+        (t) => t.name === "KV sent per request").visible === true""")
     summary = page.locator("#summary-table")
     for words in ("tpot p99 colocated over disagg ratio", "Unix domain socket", "2 CPU cores"):
         expect(summary).to_contain_text(words)
