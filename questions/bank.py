@@ -33,6 +33,7 @@ from questions.bank_rubric import (
     FollowUpIn,
     NumberIn,  # noqa: F401
     RubricPointIn,
+    assumption_errors,
     follow_up_objects,
     point_number_errors,
     publication_errors,
@@ -369,6 +370,8 @@ def read_bank(paths: Iterable[Path] | None = None) -> Bank:
             for index, message in publication_errors(question):
                 point = f"question {question.slug}, rubric point {index}"
                 bank.errors.append(BankError(path.name, point, message))
+            for msg_path, message in assumption_errors(question):
+                bank.errors.append(BankError(path.name, f"{where} > {msg_path}", message))
         bank.topics.append(parsed)
     _check_cross_file(bank, {p.name for p in paths})
     return bank

@@ -8,26 +8,50 @@ question gives every earning point `claims` and a `check` (docs/BANK_FORMAT.md).
 
 from __future__ import annotations
 
+import io
+import re
+import tokenize
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from questions import rubric_points
-from questions.expressions import ExpressionError
+from questions.expressions import ExpressionError, names_used
 
 
 class _Strict(BaseModel):  # as questions.bank._Strict (kept here to avoid an import cycle)
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
 
+class AssumeIn(_Strict):
+    """A figure the prompt leaves open (memory headroom, MFU, achieved link bandwidth): the
+    question's own value, the range a reasonable candidate may take, and what it is."""
+
+    value: float
+    range: tuple[float, float]
+    unit: str = ""
+    what: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _inside(self) -> AssumeIn:
+        low, high = self.range
+        if low > high:
+            raise ValueError(f"range {list(self.range)} runs backwards")
+        if not low <= self.value <= high:
+            raise ValueError(f"value {self.value:g} lies outside its range {list(self.range)}")
+        return self
+
+
 class NumberIn(_Strict):
     """A number a point expects: an expression over the question's variables, its unit,
-    a tolerance ("5%" or a fraction) and a label the learner may see."""
+    a tolerance ("5%" or a fraction), a label the learner may see, and the assumptions it
+    depends on (`assume:`; a stated value is right when some assumption in range gives it)."""
 
     expr: str | int | float
     unit: str = ""
     tol: str | float = "10%"
     label: str = ""
+    assume: dict[str, AssumeIn] = {}
 
 
 NumberSpec = str | NumberIn  # "320 KiB ±10%" or {expr, unit, tol, label}
@@ -146,4 +170,126 @@ def publication_errors(question: Any) -> list[tuple[int, str]]:
         (i, message)
         for i, point in enumerate(question.rubric)
         if not point.penalty and (not point.claims or point.check is None)
+    ]
+
+
+# --- figures an expected value depends on (issue 29) -----------------------------------------
+# An `expects` that silently assumes a 10% memory headroom, an MFU or a link speed rejects a
+# correct number computed under another reasonable assumption. Every figure in its expression
+# must be one the learner was given (the prompt), a constant of the formula, or an assumption
+# with a range (`assume:`).
+STRUCTURAL = {1.0, 2.0, 3.0, 4.0, 6.0, 100.0, 1000.0, 1024.0}  # 1 B, K and V, 3 gated-MLP
+# matrices, FLOP per parameter (2 forward, 6 training), %, unit steps
+_NUMBER_IN_TEXT_RE = re.compile(
+    r"(?<![\d.,])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?)\s*([kKMB]\b|thousand|million|billion)?"
+)
+
+
+_SCALES = {
+    "k": (1e3, 1024),
+    "K": (1e3, 1024),
+    "M": (1e6,),
+    "B": (1e9,),
+    "thousand": (1e3,),
+    "million": (1e6,),
+    "billion": (1e9,),
+}
+_ONE_IN_RE = re.compile(r"\b1 in (\d+)\b")
+
+
+def prompt_figures(text: str) -> set[float]:
+    """Every value the text states, in the forms an author's expression may use: 8K is 8,000
+    and 8,192; 10% is 0.1 and 0.9 (its complement); "1 in 8" gives 1/8."""
+    out: set[float] = set()
+    for m in _NUMBER_IN_TEXT_RE.finditer(text or ""):
+        value = float(m.group(1).replace(",", ""))
+        values = [value * s for s in _SCALES.get(m.group(2) or "", (1,))]
+        values.append(value)
+        for v in values:
+            out.update({v, v / 100, 1 - v / 100, v + 1})  # v + 1: "n + 1" positions
+    # only "1 in 8" reads as 1/8: every figure's reciprocal let "2 TB" pass as an MFU of 0.5
+    out.update(1 / float(n) for n in _ONE_IN_RE.findall(text or "") if float(n))
+    return out
+
+
+# a constant with a unit that is still a constant of the formula: percent, bytes per value
+STRUCTURAL_WITH_UNIT = {(100.0, "percent"), (1.0, "B"), (2.0, "B"), (4.0, "B")}
+
+
+def _literals(expr: str) -> list[tuple[float, str]]:
+    """(value, the unit after it or "") of each number literal: "6 * params" is a FLOP factor,
+    "(6 ms)" a figure, "2 B" the bytes of a BF16 value."""
+    found: list[tuple[float, str]] = []
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(expr).readline))
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return found
+    for tok, nxt in zip(tokens, tokens[1:] + tokens[-1:], strict=True):
+        if tok.type == tokenize.NUMBER:
+            is_unit = nxt.type == tokenize.NAME and nxt.string not in names_used(nxt.string)
+            found.append((float(tok.string.replace("_", "")), nxt.string if is_unit else ""))
+    return found
+
+
+def _stated(value: float, figures: set[float], unit: str = "") -> bool:
+    constant = (value, unit) in STRUCTURAL_WITH_UNIT if unit else value in STRUCTURAL
+    return constant or any(abs(value - f) <= 1e-6 * max(1.0, abs(f)) for f in figures)
+
+
+def unstated_figures(
+    point: RubricPointIn, prompt: str, variables: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """(path, message) for each figure an `expects` or `check.number` expression depends on
+    that the prompt does not state and no `assume:` gives a range: a literal ("0.9 *
+    gpu_memory") or a variable fixed by `value:` (a catalog variable is a known spec)."""
+    stated = prompt_figures(prompt)
+    specs = [(f"expects[{j}]", e, stated) for j, e in enumerate(point.expects)]
+    if point.check is not None and point.check.number is not None:
+        # the check's question is shown with it: a figure it states is given
+        specs.append(
+            ("check > number", point.check.number, stated | prompt_figures(point.check.ask))
+        )
+    errors = []
+    for path, spec, figures in specs:
+        if not isinstance(spec, NumberIn):
+            continue  # a literal "147 GB ±5%" is the answer itself, not a formula
+        expr = str(spec.expr)
+        open_figures = [v for v, unit in _literals(expr) if not _stated(v, figures, unit)]
+        for name in sorted(names_used(expr) - set(spec.assume)):
+            var = variables.get(name)
+            value = getattr(var, "value", None) if var is not None else None
+            choices = getattr(var, "choices", None) if var is not None else None
+            if value is None and choices and not getattr(var, "catalog", None):
+                value = choices[0] if len(choices) == 1 else None
+            if value is not None and not _stated(float(value), figures):
+                open_figures.append(float(value))
+        for value in dict.fromkeys(open_figures):
+            errors.append(
+                (
+                    path,
+                    f"depends on {value:g}, a figure the prompt does not state: state it in "
+                    "the prompt, or name it and give it a range under `assume:` "
+                    "(e.g. headroom: {value: 0.9, range: [0.85, 1.0], what: usable share of "
+                    "GPU memory})",
+                )
+            )
+    return errors
+
+
+def assumption_errors(question: Any) -> list[tuple[str, str]]:
+    """unstated_figures() for every earning point of a published scenario/design question
+    and of its follow-ups (a follow-up's prompt counts as stated too)."""
+    if question.status != "published" or question.kind not in PUBLISHED_NEEDS_CHECKS:
+        return []
+    variables = dict(question.variables or {})
+    groups = [("rubric", question.prompt, question.rubric)] + [
+        (f"follow_ups[{i}] > rubric", f"{question.prompt}\n{f.prompt}", f.rubric)
+        for i, f in enumerate(question.follow_ups)
+    ]
+    return [
+        (f"{where}[{i}] > {path}", message)
+        for where, prompt, points in groups
+        for i, point in enumerate(points)
+        if not point.penalty
+        for path, message in unstated_figures(point, prompt, variables)
     ]

@@ -93,16 +93,70 @@ def _literal(text: str, scope: Mapping[str, object]) -> tuple[Quantity, str, obj
     return value, f"{value.units:~P}", tol
 
 
+def assumptions(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A number spec's `assume:` as [{"name", "value", "low", "high", "unit", "what"}]: each a
+    figure the prompt leaves open, with the question's own value and the range a reasonable
+    candidate may take. Raises ExpressionError naming what to fix."""
+    out = []
+    for name, item in (spec.get("assume") or {}).items():
+        if not isinstance(item, Mapping):
+            raise ExpressionError(
+                f"assume {name!r}: give {{value, range: [low, high], what}}, got {item!r}"
+            )
+        try:
+            low, high = (float(v) for v in item["range"])
+            value = float(item.get("value", (low + high) / 2))
+        except (KeyError, TypeError, ValueError):
+            raise ExpressionError(
+                f"assume {name!r}: `range` must be [low, high] numbers and `value` a number"
+            ) from None
+        if not low <= value <= high:
+            raise ExpressionError(
+                f"assume {name!r}: the value {value:g} lies outside its range [{low:g}, {high:g}]"
+            )
+        unit = str(item.get("unit") or "")
+        if unit:
+            parse_unit(unit)
+        out.append(
+            {
+                "name": str(name),
+                "value": value,
+                "low": low,
+                "high": high,
+                "unit": unit,
+                "what": str(item.get("what") or name),
+            }
+        )
+    return out
+
+
+def _with(scope: Mapping[str, object], assumed: list[dict[str, Any]], pick) -> dict:
+    values = dict(scope)
+    for a in assumed:
+        v = pick(a)
+        values[a["name"]] = v * parse_unit(a["unit"]) if a["unit"] else v
+    return values
+
+
 def resolve_number(spec: str | Mapping[str, Any], scope: Mapping[str, object]) -> dict[str, Any]:
-    """`{"value": float, "unit": str, "tol": fraction, "label": str}` of a number spec, the
-    value in the spec's unit. Raises ExpressionError naming what to fix."""
+    """`{"value", "unit", "tol" (fraction), "label", "low", "high", "assume"}` of a number
+    spec, the values in the spec's unit: `value` under the question's own assumptions, `low`
+    and `high` the least and most any assumption in its range gives (only when the spec
+    assumes something). Raises ExpressionError naming what to fix."""
+    assumed: list[dict[str, Any]] = []
     if isinstance(spec, str):
         value, unit, tol = _literal(spec, scope)
         label = ""
+        corners = [value]
     elif isinstance(spec, Mapping):
-        value = evaluate(str(spec["expr"]), scope)
+        assumed = assumptions(spec)
+        value = evaluate(str(spec["expr"]), _with(scope, assumed, lambda a: a["value"]))
         unit = spec.get("unit") or f"{value.units:~P}"
         tol, label = spec.get("tol", DEFAULT_TOL), spec.get("label", "") or ""
+        corners = [
+            evaluate(str(spec["expr"]), _with(scope, assumed, lambda a, c=c: c[a["name"]]))
+            for c in _corners(assumed)
+        ]
     else:
         raise ExpressionError(f"{spec!r} is neither 'value unit ±tol' nor {{expr, unit}}")
     if not same_dimension(value, unit):
@@ -112,14 +166,22 @@ def resolve_number(spec: str | Mapping[str, Any], scope: Mapping[str, object]) -
             f"the unit is {unit!r} ({describe_dimension(unit)}) but the expression yields {got}"
         )
     magnitude = float(value.to(parse_unit(unit)).magnitude)
-    if not math.isfinite(magnitude):
+    ends = [float(c.to(parse_unit(unit)).magnitude) for c in corners]
+    if not all(math.isfinite(v) for v in [magnitude, *ends]):
         raise ExpressionError(f"{spec!r} is not a finite number")
-    return {
-        "value": magnitude,
-        "unit": unit,
-        "tol": parse_tol(tol),
-        "label": label,
-    }
+    out = {"value": magnitude, "unit": unit, "tol": parse_tol(tol), "label": label}
+    if assumed:
+        out |= {"low": min([magnitude, *ends]), "high": max([magnitude, *ends]), "assume": assumed}
+    return out
+
+
+def _corners(assumed: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Every combination of the assumptions' ends (the expressions are monotone in each
+    assumption, so the extremes lie at corners; 2^n with n small)."""
+    out: list[dict[str, float]] = [{}]
+    for a in assumed:
+        out = [c | {a["name"]: end} for c in out for end in (a["low"], a["high"])]
+    return out
 
 
 def resolve_check(

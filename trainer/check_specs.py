@@ -23,13 +23,24 @@ class CheckSpec:
     value: float = 0.0  # number: the expected value, in `unit`
     unit: str = ""
     tol: float = 0.10  # fraction of `value`
+    low: float | None = None  # number: the least and most any assumption in range gives
+    high: float | None = None
 
     @property
     def expected_text(self) -> str:
         """What passes, for the interviewer: the right option, or "320 KiB ±5%"."""
         if self.kind == "choice":
             return self.answer
+        if self.low is not None and self.high is not None and self.high > self.low:
+            return f"{self.low:.4g}–{self.high:.4g} {self.unit} ±{self.tol * 100:.3g}%"
         return f"{self.value:.4g} {self.unit} ±{self.tol * 100:.3g}%".replace("  ", " ")
+
+    def accepts(self, value: float) -> bool:
+        """Whether a number answers the check: within the tolerance of some value the
+        point's assumptions allow (of `value` when it assumes nothing)."""
+        from trainer.grading.rubric.numbers import Expect
+
+        return Expect(self.value, self.unit, self.tol, low=self.low, high=self.high).accepts(value)
 
     def shown_options(self, seed: str) -> list[str]:
         """The answer and distractors, shuffled the same way for the same `seed` (one
@@ -53,7 +64,13 @@ def check_spec(rubric_point) -> CheckSpec | None:
     if check.get("kind") == "number":
         number = check["number"]
         return CheckSpec(
-            "number", ask, value=float(number["value"]), unit=number["unit"], tol=number["tol"]
+            "number",
+            ask,
+            value=float(number["value"]),
+            unit=number["unit"],
+            tol=number["tol"],
+            low=number.get("low"),
+            high=number.get("high"),
         )
     answer = str(check.get("answer", "")).strip()
     distractors = tuple(str(d).strip() for d in check.get("options") or [] if str(d).strip())

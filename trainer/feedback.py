@@ -12,18 +12,26 @@ from dataclasses import dataclass
 
 from trainer.rescore import decided_by, verdict_of
 
+# A verdict that tells a learner "you are wrong" needs proof (issue 29): "Verified wrong"
+# comes only from a number outside every value the point's assumptions allow, a negated
+# statement of the point, a failed check or the judge. Anything the grader could not prove
+# reads "Not verified" and offers the point's check.
 VERDICT_LABELS = {
-    "hit": "Hit",
-    "unclear": "Unclear",
-    "contradicted": "Contradicted",
+    "hit": "Verified hit",
+    "unclear": "Not verified",
+    "contradicted": "Verified wrong",
     "missed": "Missed",
 }
-PENALTY_LABELS = {"hit": "Said (red flag)", "unclear": "Possibly said", "missed": "Not said"}
+PENALTY_LABELS = {
+    "hit": "Said (red flag)",
+    "unclear": "Possibly said (not verified)",
+    "missed": "Not said",
+}
 DECIDED_LABELS = {
-    "check": "confirmed by your check",
-    "judge": "decided by the judge model",
-    "verify": "verified by the grader",
-    "estimate": "estimated (not verified)",
+    "check": "by your check",
+    "judge": "by the judge model",
+    "verify": "by the grader's checks of your sentence",
+    "estimate": "the grader's estimate",
 }
 
 
@@ -42,15 +50,30 @@ class PointRow:
     attempted: bool
     rubric_version: str
     self_hit: bool | None = None
+    has_check: bool = False  # the grader offered this point's check
 
     @property
     def hit(self) -> bool:
         return self.verdict == "hit"
 
     @property
+    def shown_verdict(self) -> str:
+        """The verdict the page shows: a "contradicted" or red-flag hit that nothing verified
+        (results stored before grader 3.0) shows as not verified."""
+        unproven = self.decided_by == "estimate" and self.verdict in ("contradicted", "hit")
+        if unproven and (self.penalty or self.verdict == "contradicted"):
+            return "unclear"
+        return self.verdict
+
+    @property
     def verdict_label(self) -> str:
         labels = PENALTY_LABELS if self.penalty else VERDICT_LABELS
-        return labels.get(self.verdict, self.verdict.title())
+        verdict = self.shown_verdict
+        if verdict == "hit" and not self.penalty and self.decided_by == "estimate":
+            return "Hit (estimated)"  # a result stored before verdicts were verified
+        if verdict == "unclear" and not self.penalty and self.has_check:
+            return "Not verified: answer the check"
+        return labels.get(verdict, verdict.title())
 
     @property
     def decided_label(self) -> str:
@@ -95,6 +118,7 @@ def point_rows(
                 attempted=bool(p.get("attempted", p.get("hit", False))),
                 rubric_version=p.get("rubric_version", ""),
                 self_hit=(i in chosen) if chosen is not None else None,
+                has_check=bool(p.get("check")),
             )
         )
     return rows

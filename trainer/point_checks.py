@@ -127,7 +127,7 @@ def _grade_one(check: PointCheck, spec: CheckSpec | None, raw: str, final: bool)
             check.response, check.passed = "", None
             return
         raise CheckRefused(f"Point {check.point_index + 1}: {exc}") from None
-    check.passed = abs(value - spec.value) <= spec.tol * abs(spec.value)
+    check.passed = spec.accepts(value)
     check.reason = "" if check.passed else f"check: you answered {raw}"
 
 

@@ -31,6 +31,10 @@ class RegradeReport:
     down: int = 0
     failed: list[str] = field(default_factory=list)
     deltas: list[float] = field(default_factory=list)
+    contradicted_before: int = 0  # "contradicted" verdicts on ordinary points
+    contradicted_after: int = 0
+    flags_before: int = 0  # red flags raised
+    flags_after: int = 0
 
     def lines(self, dry_run: bool) -> list[str]:
         verb = "would move" if dry_run else "moved"
@@ -41,8 +45,21 @@ class RegradeReport:
             f"{self.moved} score(s) {verb} ({self.up} up, {self.down} down; "
             f"mean |change| of those {mean * 100:.1f} points)"
         ]
+        out.append(
+            f"contradicted verdicts: {self.contradicted_before} before, "
+            f"{self.contradicted_after} after; red flags raised: {self.flags_before} before, "
+            f"{self.flags_after} after"
+        )
         out += [f"failed: {f}" for f in self.failed]
         return out
+
+
+def _count(result: dict) -> tuple[int, int]:
+    """(contradicted ordinary points, red flags raised) of a stored result."""
+    points = result.get("points") or []
+    contradicted = sum(p.get("verdict") == "contradicted" and not p.get("penalty") for p in points)
+    flags = sum(bool(p.get("penalty")) and p.get("verdict") == "hit" for p in points)
+    return contradicted, flags
 
 
 def regradable(question_slug: str | None = None):
@@ -88,6 +105,12 @@ def regrade(attempts: Iterable[Attempt], *, dry_run: bool = False) -> RegradeRep
         old = attempt.result or {}
         new = _kept_checks(old, new)
         report.attempts += 1
+        c, f = _count(old)
+        report.contradicted_before += c
+        report.flags_before += f
+        c, f = _count(new)
+        report.contradicted_after += c
+        report.flags_after += f
         before = attempt.score if attempt.score is not None else 0.0
         delta = new["score"] - before
         if abs(delta) >= MOVED:

@@ -103,7 +103,7 @@ def test_a_full_loop_yields_a_scorecard_with_every_section(signed_in, fast_grade
         assert f'data-competency="{name}"' in page
     assert "Not yet:" in page and "Strong:" in page  # the bands are explained
     # the rubric, each point's verdict in words, with the sentence and why
-    assert 'class="verdict-label">Hit</strong>' in page and "Your sentence and why" in page
+    assert 'class="verdict-label">Verified hit</strong>' in page and "Your sentence and why" in page
     assert "Verdict" in page and "prefill_tflop" in page  # arithmetic result
     assert "Model answer" in page and "Measure it in the lab" in page  # revealed at the end
     assert page.count('href="/practice/') >= 3 and 'href="/lab/' in page

@@ -54,7 +54,7 @@ def test_follow_ups_with_a_rubric_are_graded_and_shown_on_the_scorecard(client, 
     assert "Follow-up score:" in page and page.count("Follow-up score:") == 1
     assert "Halves the KV bytes per token to about 160 KiB." in page
     # the main answer's points in words: the wrong number is contradicted, with the reason
-    assert "Contradicted" in page and "You said 512 KiB per token" in page
+    assert "Verified wrong" in page and "You said 512 KiB per token" in page
     assert "This verdict is wrong" not in page  # objections belong to practice feedback
 
 
@@ -73,7 +73,7 @@ def test_the_interviewer_sees_probes_and_machine_suggestions(client, mock):
     assert "Suggestion (machine verdict" not in page  # not graded yet
     answer_everything(mock)
     page = client.get(f"/mock/{mock.pk}/interviewer/").content.decode()
-    assert "Suggestion (machine verdict, not a tick): <strong>Contradicted</strong>" in page
+    assert "Suggestion (machine verdict, not a tick): <strong>Verified wrong</strong>" in page
     assert 'type="checkbox" name="point" value="0" checked' not in page  # never ticked for them
 
 

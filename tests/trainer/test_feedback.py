@@ -44,11 +44,13 @@ def test_each_point_shows_its_verdict_how_it_was_decided_the_sentence_and_why(
 ):
     attempt = fx.graded_attempt(ada, question)
     page = feedback_page(client, attempt)
-    assert "Contradicted" in page and "Unclear" in page and "Missed" in page and "Not said" in page
-    assert "verified by the grader" in page and "estimated (not verified)" in page
+    # a verdict that says "wrong" shows its proof; what nothing proved says "not verified"
+    assert "Verified wrong" in page and "Not verified" in page and "Missed" in page
+    assert "Not said" in page and "Contradicted" not in page
+    assert "by the grader&#x27;s checks of your sentence" in page
     assert "You said 512 KiB per token; this point expects ≈320 KiB." in page
     assert "so it is probably about bandwidth." in page  # the learner's own sentence
-    assert "50% likely covered" in page
+    assert "estimate: 50% likely covered" in page
     assert "Score: 12% — 0% verified, 12% estimated" in page
 
 
@@ -83,7 +85,7 @@ def test_an_old_result_without_verdicts_still_renders(client, ada, question):
     attempt = fx.graded_attempt(ada, question, old)
     page = client.get(f"/attempts/{attempt.pk}/").content.decode()
     assert "Quick checks" not in page  # an old result has no attempted points to check
-    assert "Hit" in page and "Missed" in page and "estimated (not verified)" in page
+    assert "Hit (estimated)" in page and "Missed" in page and "the grader&#x27;s estimate" in page
     assert "Score: 50% — 0% verified, 50% estimated" in page
     assert '<mark class="evidence" data-point="1">' in page
 
@@ -111,7 +113,35 @@ def test_rows_read_old_and_new_points():
     )
     assert [r.verdict for r in rows] == ["hit", "unclear", "missed"]
     assert [r.decided_by for r in rows] == ["estimate", "estimate", "estimate"]
-    assert rows[2].verdict_label == "Not said" and rows[1].verdict_label == "Unclear"
+    assert rows[2].verdict_label == "Not said" and rows[1].verdict_label == "Not verified"
+    assert rows[0].verdict_label == "Hit (estimated)"
+
+
+def test_an_unproven_contradiction_stored_by_an_old_grader_shows_as_not_verified():
+    # Grader 2.0 stored "contradicted" from closeness to an authored wrong version; the page
+    # never shows such a verdict as wrong (issue 29) — it reads "not verified", as regrade
+    # would make it.
+    lines = [feedback.RubricLine("a", 1), feedback.RubricLine("flag", 1, True)]
+    stored = {
+        "points": [
+            {
+                "index": 0,
+                "verdict": "contradicted",
+                "decided_by": "estimate",
+                "check": {"ask": "?"},
+            },
+            {"index": 1, "verdict": "hit", "decided_by": "estimate", "penalty": True},
+        ]
+    }
+    rows = feedback.point_rows(stored, lines)
+    assert rows[0].shown_verdict == "unclear"
+    assert rows[0].verdict_label == "Not verified: answer the check"
+    assert rows[1].shown_verdict == "unclear"
+    assert rows[1].verdict_label == "Possibly said (not verified)"
+    proven = feedback.point_rows(
+        {"points": [{"index": 0, "verdict": "contradicted", "decided_by": "check"}]}, lines
+    )
+    assert proven[0].verdict_label == "Verified wrong"
 
 
 def test_the_total_splits_verified_and_estimated():

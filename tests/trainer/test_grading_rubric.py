@@ -70,7 +70,7 @@ def test_every_published_model_answer_earns_a_good_part_of_its_rubric(slug):
 
 def test_the_stored_shape_has_verdicts_and_versions():
     stored = rubric.grade(BANK[SLUG].model_answer, POINTS[SLUG]).as_dict()
-    assert stored["grader"] == "rubric" and stored["grader_version"] == "2.0"
+    assert stored["grader"] == "rubric" and stored["grader_version"] == "3.0"
     assert 0.0 <= stored["verified_share"] <= 1.0 and 0.0 <= stored["confidence"] <= 1.0
     for i, p in enumerate(stored["points"]):
         assert p["index"] == i and p["verdict"] in ("hit", "unclear", "contradicted", "missed")

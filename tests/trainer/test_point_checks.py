@@ -79,7 +79,7 @@ def test_passed_checks_make_points_hit_by_check_and_the_score_rises(client, atte
     assert attempt.result["verified_share"] == pytest.approx(1.0)
     page = client.get(f"/attempts/{attempt.pk}/").content.decode()
     assert "Score: 75% — 75% verified, 0% estimated" in page
-    assert "confirmed by your check" in page
+    assert "by your check" in page and "Verified hit" in page
 
 
 def test_a_failed_check_contradicts_with_the_reason_and_a_blank_changes_nothing(client, attempt):

@@ -82,11 +82,26 @@ def test_a_regrade_stores_the_new_verdicts_and_what_they_replaced(stored):
     wrong.refresh_from_db()
     assert wrong.score < 0.5
     assert wrong.result["points"][0]["verdict"] in {"contradicted", "unclear"}  # no longer a hit
-    assert wrong.result["grader_version"] == "2.0"
+    assert wrong.result["grader_version"] == "3.0"
     assert wrong.result["regraded"]["from_score"] == 0.9
     assert wrong.result["regraded"]["from_grader_version"] == "1"
     card.refresh_from_db()
     assert card.card == {"x": 1} and card.due.isoformat().startswith("2026-12-10")  # fsrs untouched
+
+
+def test_the_report_counts_contradicted_verdicts_and_red_flags_before_and_after(stored):
+    _, wrong, _ = stored
+    stale = dict(OLD_RESULT)
+    stale["points"] = [
+        dict(p, verdict="contradicted", decided_by="estimate") if not p.get("penalty") else p
+        for p in OLD_RESULT["points"]
+    ]
+    wrong.result = stale
+    wrong.save(update_fields=["result"])
+    out = run("--dry-run")
+    n = sum(not p.get("penalty") for p in OLD_RESULT["points"])
+    assert f"contradicted verdicts: {n} before," in out
+    assert "red flags raised: 0 before" in out
 
 
 def test_a_second_regrade_moves_nothing(stored):

@@ -27,13 +27,17 @@ from trainer.grading.rubric import estimate, params
 # ordering 17/19, on-topic-wrong 0.05, off 0.01, Spearman 0.82, ECE 0.035); the caught
 # contradictions miss their 80% target (measured 17/25 = 68%), so that floor guards the
 # measured level instead.
+# Grader 3.0 (issue 29) no longer calls a sentence wrong for reading close to an authored
+# contradiction, so the old set's adversarial answers are mostly "not verified" (measured 5/25
+# caught, 20%) and its on-topic-wrong mean rose to 0.21: the floors guard those measured levels.
+# The headline is now the blind set (docs/BENCHMARKS.md).
 FLOORS = {
     "agreement": 0.83,
     "ordered_share": 0.75,
     "spearman": 0.80,
-    "caught_share": 0.64,
+    "caught_share": 0.16,
 }
-CEILINGS = {"on-topic-wrong": 0.20, "off": 0.10, "ece": 0.10}
+CEILINGS = {"on-topic-wrong": 0.25, "off": 0.10, "ece": 0.10}
 
 
 @pytest.fixture(scope="module")

@@ -38,9 +38,22 @@ def test_several_numbers_in_one_sentence_each_find_their_expectation():
     per_sequence = Expect(10, "GiB", 0.05, "KV per sequence")
     text = "Weights are 141 GB, KV is 320 KiB per token, so 10 GiB per 32K-token sequence"
     assert check(text, KV_PER_TOKEN, per_sequence)[0] is Status.OK
-    wrong = "Weights are 141 GB, KV is 320 KiB per token, so 20 GiB per 32K-token sequence"
+    wrong = "Weights are 141 GB, KV is 320 KiB per token, so 30 GiB per 32K-token sequence"
     status, reason = check(wrong, KV_PER_TOKEN, per_sequence)
-    assert status is Status.WRONG and "20 GiB" in reason and "≈10 GiB" in reason
+    assert status is Status.WRONG and "30 GiB" in reason and "≈10 GiB" in reason
+
+
+def test_only_a_single_figure_of_its_kind_can_be_wrong_and_a_dtype_multiple_is_not_proof():
+    budget = Expect(435, "GB", 0.05, "KV budget")
+    assert check("576 GB - 141 GB = 435 GB for KV", budget)[0] is Status.OK
+    # three figures of the kind: which one is meant for the budget is not known, no proof
+    assert check("576 GB - 141 GB leaves 250 GB for KV", budget)[0] is Status.NONE
+    assert check("that leaves 250 GB for KV", budget)[0] is Status.WRONG
+    # 870 GB is twice the budget: the same figure in another dtype, or another quantity
+    assert check("FP32 weights would leave 870 GB", budget)[0] is Status.NONE
+    # just outside the tolerance: a rounder or another honest assumption, not proof
+    assert check("about 490 GB for KV", budget)[0] is Status.NONE
+    assert check("about 600 GB for KV", budget)[0] is Status.WRONG
 
 
 def test_numbers_of_another_dimension_or_far_off_are_other_quantities():

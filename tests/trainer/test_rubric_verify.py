@@ -51,15 +51,20 @@ def test_a_negated_claim_is_contradicted():
     result = grade("Prefill is not compute-bound, and decode is not memory-bound.", POINTS)
     point = result.points[0]
     assert point.verdict == "contradicted" and point.attempted
-    assert "negates" in point.reason
+    assert point.decided_by == "verify" and "denies" in point.reason
 
 
-def test_a_reversed_claim_is_not_credited():
+def test_a_reversed_claim_is_not_credited_but_not_called_wrong_without_proof():
+    # Closeness to the authored contradictions is no proof (issue 29): the point is not
+    # verified, its estimate drops, and the reason says what was not verified.
     result = grade(
         "Decode is the compute-bound phase. Prefill is limited by memory bandwidth.", POINTS
     )
-    assert result.points[0].verdict == "contradicted"
-    assert result.score <= 0.2
+    point = result.points[0]
+    assert point.verdict == "unclear" and point.decided_by == "estimate"
+    assert point.reason.startswith("Not verified")
+    assert point.estimate < 0.5  # not credited as covered
+    assert result.score < 0.35
 
 
 def test_a_wrong_number_with_the_right_unit_is_contradicted_with_its_reason():
@@ -92,14 +97,18 @@ def test_keyword_stuffing_is_not_an_answer():
     assert result.score <= 0.25
 
 
-def test_a_red_flag_subtracts_and_is_flagged():
+def test_a_sentence_close_to_a_red_flag_is_possibly_said_and_costs_nothing():
+    # A red flag is a statement of fact about the answer: similarity alone never raises it
+    # (the judge can). The page says "possibly said (not verified)".
     answer = (
         "Prefill is compute-bound since it does thousands of FLOP per weight byte. "
         "Streaming lowers the end-to-end latency of every request."
     )
     result = grade(answer, POINTS)
-    assert result.points[2].verdict == "hit" and "red flag" in result.flags
-    assert result.score < grade(answer.split(". ")[0] + ".", POINTS).score
+    flag = result.points[2]
+    assert flag.verdict == "unclear" and flag.reason.startswith("Not verified")
+    assert "red flag" not in result.flags
+    assert result.score == grade(answer.split(". ")[0] + ".", POINTS).score
 
 
 def test_plain_text_points_use_their_words_numbers_and_negation():
@@ -115,7 +124,7 @@ def test_plain_text_points_use_their_words_numbers_and_negation():
     assert [p.verdict for p in good.points] == ["hit", "hit"]
     bad = grade(
         "We do not stream tokens, so the user never sees the first words early. "
-        "For Llama-3-8B the KV is about 512 KiB per token.",
+        "For Llama-3-8B the KV is about 320 KiB per token.",
         plain,
     )
     assert [p.verdict for p in bad.points] == ["contradicted", "contradicted"]
@@ -135,7 +144,7 @@ def test_every_point_reports_estimate_attempted_and_rubric_version():
     for p in result.as_dict()["points"]:
         assert 0.0 <= p["estimate"] <= 1.0
         assert isinstance(p["attempted"], bool) and len(p["rubric_version"]) == 12
-    assert result.as_dict()["grader_version"] == "2.0"
+    assert result.as_dict()["grader_version"] == "3.0"
 
 
 def test_a_check_is_offered_for_an_attempted_unclear_or_contradicted_point_only():

@@ -52,7 +52,7 @@ def evaluate(
                 evidence_parts=unit.parts if unit else (),
                 verdict=d.verdict,
                 estimate=round(prob, 4),
-                decided_by="verify" if d.verdict == "hit" else "estimate",
+                decided_by="verify" if d.verdict in ("hit", "contradicted") else "estimate",
                 reason=d.reason,
                 attempted=d.attempted,
                 text=point.text,

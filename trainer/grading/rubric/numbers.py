@@ -19,6 +19,13 @@ from questions import expressions
 
 WINDOW = 4.5  # a same-dimension number within 4.5x of the expectation is an attempt at it
 DEFAULT_TOL = 0.10
+# Proof that a number is wrong (issue 29): outside the tolerance by a further 25% (a figure
+# just outside it is more likely a rounder or another honest assumption: "not verified"), and
+# not a dtype multiple of it (x2, x0.5, x4, x0.25: the same quantity in FP8 or FP32, or another
+# quantity altogether). Confusing GB with GiB is always wrong where the tolerance is tighter.
+GRAY = 1.25
+_DTYPE_MULTIPLES = (2.0, 0.5, 4.0, 0.25)
+_GIB_PER_GB = (2**30 / 1e9, 1e9 / 2**30)
 _ALLOWED_DIMS = {"[information]", "[time]", "[token]", "[flop]", "[currency]", "[request]"}
 _MULTIPLIERS = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "bn": 1e9, "T": 1e12}
 _NUMBER_RE = re.compile(
@@ -34,16 +41,57 @@ _LITERAL_RE = re.compile(r"^\s*[~≈]?\s*([-\d.,eE+]+)\s*(.*?)\s*(?:±\s*([\d.]+
 
 
 @dataclass(frozen=True)
+class Assumption:
+    """A figure the prompt leaves open: the question's value and the range allowed."""
+
+    name: str
+    value: float
+    low: float
+    high: float
+    unit: str = ""
+    what: str = ""
+
+    def text(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.what or self.name} {self.low:g}–{self.high:g}{unit}"
+
+
+@dataclass(frozen=True)
 class Expect:
-    """A number a point needs: value in unit, relative tolerance (0.1 = ±10%), label."""
+    """A number a point needs: value in unit, relative tolerance (0.1 = ±10%), label, and
+    the range [low, high] its assumptions allow (low = high = value when none)."""
 
     value: float
     unit: str = ""
     tol: float = DEFAULT_TOL
     label: str = ""
+    low: float | None = None
+    high: float | None = None
+    assume: tuple[Assumption, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.low is None:
+            object.__setattr__(self, "low", self.value)
+        if self.high is None:
+            object.__setattr__(self, "high", self.value)
+
+    @property
+    def ranged(self) -> bool:
+        return self.high > self.low
+
+    def accepts(self, value: float) -> bool:
+        """Whether `value` (in this unit) is what some assumption in range gives."""
+        low = min(self.low * (1 - self.tol), self.low * (1 + self.tol))
+        high = max(self.high * (1 - self.tol), self.high * (1 + self.tol))
+        return low <= value <= high
 
     def text(self) -> str:
+        if self.ranged:
+            return f"{format_number(self.low)}–{format_number(self.high)} {self.unit}".strip()
         return f"≈{format_number(self.value)} {self.unit}".strip()
+
+    def assumptions_text(self) -> str:
+        return "; ".join(a.text() for a in self.assume)
 
 
 @dataclass(frozen=True)
@@ -83,6 +131,12 @@ def parse_expect(item: object) -> Expect:
             str(item.get("unit") or ""),
             float(tol),
             str(item.get("label") or ""),
+            float(item["low"]) if item.get("low") is not None else None,
+            float(item["high"]) if item.get("high") is not None else None,
+            tuple(
+                a if isinstance(a, Assumption) else Assumption(**a)
+                for a in item.get("assume") or ()
+            ),
         )
     match = _LITERAL_RE.match(str(item))
     if not match:
@@ -145,37 +199,91 @@ def _in(q: expressions.Quantity, expect: Expect) -> float | None:
         return None
 
 
+def unit_of(text: str) -> expressions.Unit | None:
+    """The unit `text` names, if the grader compares its dimension."""
+    return _unit(text) if text else None
+
+
 def _has_unit(expect: Expect) -> bool:
     unit = _unit(expect.unit) if expect.unit else None
     return unit is not None
 
 
-def check_each(stated: Sequence[Stated], expects: Sequence[Expect]) -> list[tuple[Status, str]]:
-    """Per expectation: whether the stated numbers match it, miss it (with the reason:
-    "You said 512 KiB per token; this point expects ≈320 KiB."), or say nothing about it."""
+def _given(value: float, expect: Expect, given: Sequence[Stated]) -> bool:
+    """Whether `value` (in the expectation's unit) is a figure the question itself gives or
+    another of its expectations: then it names another quantity, not a wrong value here."""
+    for g in given:
+        for q in (g.quantity, g.base):
+            other = None if q is None else _in(q, expect)
+            if other is not None and other and abs(value - other) <= 0.02 * abs(other):
+                return True
+    return False
+
+
+def _accepted_reason(s: Stated, expect: Expect, value: float) -> str:
+    """Why a value under another assumption counts: names the range and the question's own."""
+    if not expect.ranged or abs(value - expect.value) <= expect.tol * abs(expect.value):
+        return ""
+    label = f" {expect.label}" if expect.label else ""
+    return (
+        f"Your {s.text} is accepted: with {expect.assumptions_text()} the{label or ' value'} "
+        f"comes to {expect.text()} (the question's own figures give "
+        f"≈{format_number(expect.value)} {expect.unit})."
+    )
+
+
+def _provably_off(ratio: float, tol: float) -> bool:
+    """Whether a stated value at `ratio` times the nearest allowed one is a wrong value of
+    the same quantity, beyond doubt: see GRAY and _DTYPE_MULTIPLES."""
+    if not 1 / WINDOW <= ratio <= WINDOW:
+        return False  # some other quantity
+    if tol < 0.07 and any(abs(ratio - g) <= 0.01 * g for g in _GIB_PER_GB):
+        return True  # GB for GiB (or back)
+    if any(abs(ratio - m) <= max(tol, 0.05) * m for m in _DTYPE_MULTIPLES):
+        return False
+    return abs(math.log(ratio)) > math.log(1 + tol) + math.log(GRAY)
+
+
+def check_each(
+    stated: Sequence[Stated], expects: Sequence[Expect], given: Sequence[Stated] = ()
+) -> list[tuple[Status, str]]:
+    """Per expectation: whether the stated numbers match it (a value some assumption in range
+    gives, within the tolerance), miss it (with the reason: "You said 512 KiB per token; this
+    point expects ≈320 KiB."), or say nothing about it. A number the question gives, or one
+    another expectation of it accounts for (`given`), is never a wrong value."""
     out = []
     for expect in expects:
-        closest: tuple[float, Stated] | None = None
-        matched = False
+        matched: tuple[Stated, float] | None = None
+        last: tuple[Stated, float, float] | None = None  # a figure of this kind, not matching
+        kinds: set[float] = set()  # the distinct such figures
         for s in stated:
             for q in (s.quantity, s.base):
                 value = None if q is None else _in(q, expect)
                 if value is None:
                     continue
-                if abs(value - expect.value) <= expect.tol * abs(expect.value):
-                    matched = True
-                elif expect.value and 1 / WINDOW <= value / expect.value <= WINDOW:
-                    off = abs(math.log(value / expect.value))
-                    if closest is None or off < closest[0]:
-                        closest = (off, s)
+                if expect.accepts(value):
+                    matched = matched or (s, value)
+                    break
+                ref = expect.low if abs(value) < abs(expect.low) else expect.high
+                if ref and 1 / WINDOW <= value / ref <= WINDOW and not _given(value, expect, given):
+                    last = (s, value, ref)
+                    kinds.add(round(value, 9))
+                    break
+        # With two figures of this kind in the sentence ("576 - 141 = 250 GB", "usable 162 GB,
+        # KV from 91 to 120 GB") nothing tells which one is meant for this quantity: no proof.
+        # Only a sentence's single such figure, provably off, is a wrong value.
+        single = last is not None and len(kinds) == 1
+        closest = last if single and _provably_off(last[1] / last[2], expect.tol) else None
         if matched:
-            out.append((Status.OK, ""))
+            out.append((Status.OK, _accepted_reason(matched[0], expect, matched[1])))
         elif closest is not None and _has_unit(expect):  # plain counts are too common
             label = f" for {expect.label}" if expect.label else ""
+            assumed = f" (with {expect.assumptions_text()})" if expect.ranged else ""
             out.append(
                 (
                     Status.WRONG,
-                    f"You said {closest[1].text}; this point expects {expect.text()}{label}.",
+                    f"You said {closest[0].text}; this point expects {expect.text()}"
+                    f"{label}{assumed}.",
                 )
             )
         else:
@@ -183,11 +291,14 @@ def check_each(stated: Sequence[Stated], expects: Sequence[Expect]) -> list[tupl
     return out
 
 
-def check(stated: Sequence[Stated], expects: Sequence[Expect]) -> tuple[Status, str]:
+def check(
+    stated: Sequence[Stated], expects: Sequence[Expect], given: Sequence[Stated] = ()
+) -> tuple[Status, str]:
     """All expectations at once: WRONG (with its reason) if any is missed, OK if any
-    matches, NONE otherwise."""
-    each = check_each(stated, expects)
+    matches (with the assumption that made it right, if one did), NONE otherwise."""
+    each = check_each(stated, expects, given)
     for status, reason in each:
         if status is Status.WRONG:
             return status, reason
-    return (Status.OK if any(s is Status.OK for s, _ in each) else Status.NONE), ""
+    ok = [reason for status, reason in each if status is Status.OK]
+    return (Status.OK, next((r for r in ok if r), "")) if ok else (Status.NONE, "")

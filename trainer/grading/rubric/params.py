@@ -19,8 +19,7 @@ class Thresholds:
     verify_floor: float = 0.45  # a unit must be this close to verify a point
     margin: float = 0.02  # closer to a claim than to every contradiction by this much
     contra_floor: float = 0.55  # a unit this close to a contradiction ...
-    contra_margin: float = 0.05  # ... and closer to it than to the claims by this, contradicts
-    strong_contra: float = 0.85  # this close to a known wrong version outweighs any hit
+    contra_margin: float = 0.05  # ... and closer to it than to the claims by this is suspect
     key_share: float = 1.0  # share of a point's key terms a verifying unit must carry
     plain_share: float = 0.34  # the same for a plain point's content words
     stuffed: float = 0.3  # from this stuffing level on, a unit is a list of terms, not a claim

@@ -7,6 +7,7 @@ contract): per point a verdict (hit / unclear / contradicted / missed), the cali
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from typing import Any
 
 from trainer.grading.rubric.numbers import Expect, parse_expect
 
-GRADER_VERSION = "2.0"
+GRADER_VERSION = "3.0"
 VERDICTS = ("hit", "unclear", "contradicted", "missed")
 
 
@@ -71,7 +72,7 @@ class Point:
             "claims": self.claims,
             "contradictions": self.contradictions,
             "key_terms": self.key_terms,
-            "expects": [e.__dict__ for e in self.expects],
+            "expects": [dataclasses.asdict(e) for e in self.expects],
             "check": self.check or {},
         }
         digest = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()

@@ -9,6 +9,7 @@ its sentences' vectors, so pairs cost no model call).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ class Unit:
     tagged: tuple[tuple[str, bool], ...]  # (word, negated)
     stated: tuple[numbers.Stated, ...]
     stuffing: float
+    strict: tuple[tuple[str, bool], ...] = ()  # (word, under a negated verb)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,9 @@ class Retrieval:
     neg: np.ndarray  # points x units: max cosine to its contradictions (-1 without any)
     claim_index: np.ndarray  # points x units: which positive text is closest (0 = the text)
     flags: tuple[str, ...] = field(default=())
+    # figures the question gives or its points expect: a number equal to one names that
+    # quantity, never a wrong value of another
+    given: tuple[numbers.Stated, ...] = field(default=())
     memo: dict = field(default_factory=dict, compare=False, repr=False)  # verify's raw facts
 
 
@@ -136,6 +141,7 @@ def retrieve(answer: str, points: Sequence[Point], prompt: str = "") -> Retrieva
                 tuple(terms.tagged_words(text)),
                 tuple(numbers.stated_numbers(text)),
                 stuffing(text),
+                tuple(terms.predicate_tags(text)),
             )
         )
     pos = np.zeros((n, len(units)))
@@ -153,4 +159,20 @@ def retrieve(answer: str, points: Sequence[Point], prompt: str = "") -> Retrieva
     for k, members in enumerate(_members(parts)):  # as wrong as its wrongest clause
         if members:
             neg[:, k] = np.maximum(neg[:, k], neg[:, members].max(axis=1))
-    return Retrieval(units, pos, neg, best)
+    return Retrieval(units, pos, neg, best, given=given_figures(tuple(points), prompt))
+
+
+@functools.lru_cache(maxsize=1024)
+def given_figures(points: tuple[Point, ...], prompt: str) -> tuple[numbers.Stated, ...]:
+    """The prompt's numbers with units and every value the points expect (both ends of a
+    range), as stated quantities; once per question and rubric (a learner's answer does not
+    change them)."""
+    out = [s for s in numbers.stated_numbers(prompt) if not s.quantity.dimensionless]
+    for p in points:
+        for e in p.expects:
+            unit = numbers.unit_of(e.unit)
+            if unit is None:
+                continue
+            for v in dict.fromkeys((e.value, e.low, e.high)):
+                out.append(numbers.Stated(f"{v:g} {e.unit}", v * unit))
+    return tuple(out)

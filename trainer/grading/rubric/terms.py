@@ -306,3 +306,131 @@ def content_terms(text: str) -> list[list[list[str]]]:
         if len(w) > 2 and w not in _STOPWORDS and w not in _META_WORDS and not w[0].isdigit():
             seen.setdefault(w, None)
     return [[[w]] for w in seen]
+
+
+# --- predicate negation: the one negation that may contradict a point (issue 29) ----------
+# Clause polarity above marks "not the weights" and "no tokens" as negated, which is right for
+# matching terms but is no proof that a learner denies the point. Only a negated *verb* is:
+# "decode is not memory-bound", "the engine doesn't free the blocks", "it never evicts".
+_AUXILIARIES = {
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "do",
+    "does",
+    "did",
+    "can",
+    "could",
+    "will",
+    "would",
+    "should",
+    "must",
+    "may",
+    "might",
+    "has",
+    "have",
+    "had",
+    "need",
+    "needs",
+}
+_HEDGES = {"necessarily", "only", "just", "always", "entirely", "quite", "all", "much", "every"}
+_FIRST_PERSON = {"i", "we", "i'm", "i'd", "we're", "we'd", "i've", "we've"}
+_CONDITIONALS = {"if", "unless", "until", "when", "otherwise", "else", "lest"}
+_VERB_BOUNDARIES = _BOUNDARY_WORDS | _CONDITIONALS | {"and", "or", "then"}
+_NEGATIVE_NOTIONS = _NEGATORS | {"unchanged", "same", "only", "fewer", "less", "lower", "drop"}
+# Words that deny what follows them in a claim ("more traffic is ruled out"): a term the
+# claims hold under one of these is not deniable by a negated verb.
+_DENYING_WORDS = {
+    "ruled",
+    "rule",
+    "rules",
+    "exclude",
+    "excludes",
+    "excluded",
+    "avoid",
+    "avoids",
+    "prevent",
+    "prevents",
+    "stop",
+    "stops",
+    "eliminate",
+    "eliminates",
+    "lack",
+    "lacks",
+    "fail",
+    "fails",
+    "nor",
+    "neither",
+}
+
+
+def denied_in(term: Sequence[Sequence[str]], text: str) -> bool:
+    """Whether a claim mentions the term in a clause that also has a denying word."""
+    clauses = re.split(r"[,;:.!?()—–]|\b(?:but|because|so|while|which|and)\b", text.lower())
+    for clause in clauses:
+        tagged = [(w, False) for w in clause.replace("-", " ").split()]
+        denies = {w for w, _ in tagged} & _DENYING_WORDS
+        if denies and polarity(term, tagged) is not Polarity.ABSENT:
+            return True
+    return False
+
+
+def negative_notion(term: Sequence[Sequence[str]]) -> bool:
+    """Whether a key term is itself a negative or invariant notion ("unchanged", "never
+    sees", "not propagated", "no extra"): negating a verb near it may well agree with it."""
+    return any(
+        w in _NEGATIVE_NOTIONS or (w.startswith("un") and len(w) > 6) for alt in term for w in alt
+    )
+
+
+def predicate_tags(text: str) -> list[tuple[str, bool]]:
+    """(word, negated) where only a negated verb negates, forward to the clause's end: an
+    auxiliary + "not" ("is not", "does not"), a contraction ("doesn't", "can't"), "cannot",
+    "never", "no longer". Not a negation here: "X, not Y" and "not the weights" after a
+    comma, "no tokens", "instead of", "rather than", "not only/just/necessarily"
+    (a hedge, not a denial), and a negated clause under "if"/"unless". In a relative clause
+    ("the 240 GB that doesn't fit takes 5 s") the negation covers only the verb after it."""
+    tokens = _TOKEN_RE.findall(text.lower().replace("’", "'").replace("-", " "))
+    out: list[tuple[str, bool]] = []
+    negated = False
+    conditional = False
+    relative = False  # the clause so far has a relative pronoun: "that", "who"
+    left = -1  # words a relative clause's negation still covers
+    for i, tok in enumerate(tokens):
+        prev = tokens[i - 1] if i else ""
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if tok in _BOUNDARY_PUNCT or tok in _VERB_BOUNDARIES:
+            negated = False
+            relative = False
+            conditional = tok in _CONDITIONALS
+            if tok in _BOUNDARY_PUNCT:
+                continue
+        if tok in {"that", "who", "whom", "whose"}:
+            relative = True
+        if left == 0:
+            negated = False
+        left -= 1
+        cue = (
+            (tok == "not" and prev in _AUXILIARIES)
+            or (tok.endswith("n't") and tok not in {"n't"})
+            or tok in {"cannot", "never"}
+            or (tok == "no" and nxt == "longer")
+        )
+        # "I haven't worked it out", "we don't know": the learner hedging, not a denial
+        first_person = prev in _FIRST_PERSON or (
+            tok == "not" and i > 1 and tokens[i - 2] in _FIRST_PERSON
+        )
+        if cue and nxt not in _HEDGES and not conditional and not first_person:
+            negated = True
+            left = 2 if relative else -1
+        out.append((tok, negated))
+    return out
+
+
+def predicate_negated(term: Sequence[Sequence[str]], tagged: Sequence[tuple[str, bool]]) -> bool:
+    """Whether the term is mentioned and every mention of it sits under a negated verb."""
+    seen = [neg for alt in term for neg in _occurrences(alt, tagged)]
+    return bool(seen) and all(seen)

@@ -3,9 +3,15 @@
 A unit *verifies* a point when it carries the point's key terms (with the claims' polarity:
 "not compute-bound" does not carry "compute-bound"), is closer to a claim than to every
 contradiction by a margin, is not negated, and every number it gives for the point matches
-`expects` (pint, GB != GiB). It *contradicts* the point when it gives a wrong number, negates
-the point's terms, or is closer to a contradiction than to the claims. Plain-text points
-(no metadata) use their content words as terms and the numbers in their text as expects.
+`expects` (pint, GB != GiB, any value the point's assumptions allow).
+
+A unit *contradicts* a point only with proof (issue 29): a number stated for the point's
+quantity outside every value its assumptions allow, or the point's own term under a negated
+verb ("decode is not memory-bound") in a sentence that otherwise states it. Closeness to an
+authored contradiction or red flag is not proof: it keeps the point from being verified
+(it reads "not verified" and offers the point's check) and lowers the estimate, nothing more.
+Plain-text points (no metadata) use their content words as terms and the numbers in their
+text as expects.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class Facts:
     missing: tuple[str, ...] = ()  # terms not carried (for the reason)
     negated_any: bool = False  # some term is negated somewhere in the unit
     stuffed: bool = False  # the unit is a list of terms rather than a statement
+    suspect: bool = False  # close to a known wrong version (not proof: unclear)
+    denied: bool = False  # a term of the point under a negated verb (proof)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ class PointTerms:
     expected: tuple[terms.Polarity, ...]  # how the claims mention each term
     keyed: bool
     expects: tuple[numbers.Expect, ...]
+    deniable: tuple[bool, ...] = ()  # a negated verb on this term denies the point
 
 
 @functools.lru_cache(maxsize=4096)
@@ -76,11 +85,22 @@ def point_terms(point: Point) -> PointTerms:
         groups = terms.content_terms(" ".join([text, *point.claims[:1]]))
         labels = [g[0][0] for g in groups]
     claim_tags = [terms.tagged_words(t) for t in positives(point)]
-    expected = []
+    claim_verbs = [terms.predicate_tags(t) for t in positives(point)]
+    expected, deniable = [], []
     for g in groups:
         seen = [terms.polarity(g, tags) for tags in claim_tags]
         neg_only = terms.Polarity.NEGATED in seen and terms.Polarity.POSITIVE not in seen
         expected.append(terms.Polarity.NEGATED if neg_only else terms.Polarity.POSITIVE)
+        seen = [terms.polarity(g, tags) for tags in claim_verbs]
+        # only a term the claims state outright, and not one that is itself a negative
+        # notion ("unchanged", "never sees"): "doesn't change the completion time" agrees
+        # with "completion time unchanged"
+        deniable.append(
+            terms.Polarity.POSITIVE in seen
+            and not any(terms.negated_somewhere(g, tags) for tags in claim_verbs)
+            and not terms.negative_notion(g)
+            and not any(terms.denied_in(g, t) for t in positives(point))
+        )
     expects = point.expects or tuple(
         numbers.Expect(float(s.quantity.magnitude), f"{s.quantity.units:~P}")
         for s in numbers.stated_numbers(point.text)
@@ -92,6 +112,7 @@ def point_terms(point: Point) -> PointTerms:
         tuple(expected),
         keyed,
         tuple(expects),
+        tuple(deniable),
     )
 
 
@@ -107,22 +128,27 @@ class Raw:
     missing: tuple[str, ...]
     negated_any: bool
     each: tuple[tuple[numbers.Status, str], ...] = ()  # per expectation
+    denied: bool = False  # a positive term of the claims under a negated verb
 
 
-def raw_facts(pt: PointTerms, unit: Unit) -> Raw:
+def raw_facts(pt: PointTerms, unit: Unit, given: Sequence[numbers.Stated] = ()) -> Raw:
     seen = [terms.polarity(g, unit.tagged) for g in pt.groups]
     present = [s is not terms.Polarity.ABSENT for s in seen]
     agree = sum(s is e for s, e in zip(seen, pt.expected, strict=True))
     opposite = sum(p and s is not e for p, s, e in zip(present, seen, pt.expected, strict=True))
     share = sum(present) / len(present) if present else 1.0
-    each = numbers.check_each(unit.stated, pt.expects)
-    status, reason = numbers.check(unit.stated, pt.expects)
+    each = numbers.check_each(unit.stated, pt.expects, given)
+    status, reason = numbers.check(unit.stated, pt.expects, given)
     missing = tuple(lab for lab, p in zip(pt.labels, present, strict=True) if not p)
     negated_any = any(
         e is terms.Polarity.POSITIVE and terms.negated_somewhere(g, unit.tagged)
         for g, e in zip(pt.groups, pt.expected, strict=True)
     )
-    return Raw(share, opposite, agree, status, reason, missing, negated_any, tuple(each))
+    denied = any(
+        d and terms.predicate_negated(g, unit.strict)
+        for g, d in zip(pt.groups, pt.deniable, strict=True)
+    )
+    return Raw(share, opposite, agree, status, reason, missing, negated_any, tuple(each), denied)
 
 
 def facts(
@@ -151,20 +177,16 @@ def facts(
         and not negated
         and numbers_ok
     )
-    wrong_number = status is numbers.Status.WRONG and len(unit.parts) == 1
-    contradicted = (
-        not point.penalty
-        and not verified
-        and (
-            (pos >= t.verify_floor and wrong_number and share >= required - 1e-9)
-            or (pos >= t.retrieve and negated and share >= required - 1e-9)
-            or (
-                not stuffed
-                and neg >= t.contra_floor
-                and neg - pos >= t.contra_margin
-                and share >= required - 1e-9
-            )
-        )
+    about = share >= required - 1e-9 and len(unit.parts) == 1
+    wrong_number = status is numbers.Status.WRONG and about and pos >= t.verify_floor
+    denied = raw.denied and about and pos >= t.verify_floor and not stuffed
+    contradicted = not point.penalty and not verified and (wrong_number or denied)
+    suspect = (
+        not verified
+        and not stuffed
+        and neg >= t.contra_floor
+        and neg - pos >= t.contra_margin
+        and share >= required - 1e-9
     )
     return Facts(
         pos,
@@ -179,13 +201,15 @@ def facts(
         raw.missing,
         raw.negated_any,
         stuffed,
+        bool(suspect),
+        bool(denied and not point.penalty and not verified),
     )
 
 
 def _facts(i: int, k: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresholds) -> Facts:
     raw = r.memo.get((i, k))
     if raw is None:
-        raw = r.memo[(i, k)] = raw_facts(pt, r.units[k])
+        raw = r.memo[(i, k)] = raw_facts(pt, r.units[k], r.given)
     return facts(point, pt, r.units[k], float(r.pos[i][k]), float(r.neg[i][k]), t, raw)
 
 
@@ -207,28 +231,47 @@ def decide(
         if pos[k] >= t.retrieve or neg[k] >= t.contra_floor
     ]
     attempted = best_pos >= t.retrieve
-    for k, f in found:  # stating a known wrong version outweighs a right sentence elsewhere
-        if f.contradicted and f.neg >= t.strong_contra and f.neg - f.pos >= t.contra_margin:
-            return Decision(
-                "contradicted", k, f, _contradiction_reason(point, f, r, i, k), True, best_pos
-            )
     wrong = _wrong_number(i, point, pt, r, t, found)
     if wrong is not None:
         k, f, reason = wrong
         return Decision("contradicted", k, f, reason, True, best_pos)
+    # a sentence that denies the point keeps its own clauses from verifying it ("the cache
+    # does not hold the keys and values ..." splits at "and" into a clause without the "not")
+    denying = [
+        r.units[k].text for k, _ in found if r.memo[(i, k)].denied and len(r.units[k].parts) == 1
+    ]
     for k, f in found:
-        if f.verified and not (point.penalty and _inside(r.units[k].parts, honest)):
-            return Decision("hit", k, f, "", True, best_pos)
+        text = r.units[k].text
+        if any(text in d or d in text for d in denying) and not f.denied:
+            continue
+        if f.verified and not point.penalty:
+            return Decision("hit", k, f, f.number_reason, True, best_pos)
     for k, f in found:
-        if f.contradicted and f.numbers is not numbers.Status.WRONG:
+        if f.contradicted and f.denied:
             return Decision(
                 "contradicted", k, f, _contradiction_reason(point, f, r, i, k), True, best_pos
             )
     top = int(order[0])
     f = found[0][1] if found and found[0][0] == top else _facts(i, top, point, pt, r, t)
-    if point.penalty or not attempted:
-        return Decision("missed", top if attempted else None, f, "", attempted, best_pos)
+    if not attempted:
+        return Decision("missed", None, f, "", False, best_pos)
+    if point.penalty:
+        # A red flag is raised only with proof (the judge); a close sentence says "possibly".
+        said = [(k, g) for k, g in found if g.verified and not _inside(r.units[k].parts, honest)]
+        if said:
+            k, g = said[0]
+            return Decision("unclear", k, g, FLAG_REASON, True, best_pos)
+        return Decision("missed", top, f, "", True, best_pos)
+    for k, g in found:  # the sentence closest to a known wrong version, for its reason
+        if g.suspect and k == top:
+            return Decision("unclear", k, g, SUSPECT_REASON, True, best_pos)
     return Decision("unclear", top, f, _unclear_reason(pt, f, t), True, best_pos)
+
+
+FLAG_REASON = (
+    "Not verified: a sentence reads close to this mistake, but closeness is no proof, so it "
+    "costs nothing. Check that you did not mean it."
+)
 
 
 def _wrong_number(
@@ -263,9 +306,14 @@ def _contradiction_reason(point: Point, f: Facts, r: Retrieval, i: int, k: int) 
     if f.numbers is numbers.Status.WRONG:
         return f.number_reason
     claim = positives(point)[int(r.claim_index[i][k])]
-    if f.negated:
-        return f"Your sentence negates what this point holds: {claim}"
-    return f"This reads as a known wrong version of the point; the point holds: {claim}"
+    return DENIAL_REASON + claim
+
+
+DENIAL_REASON = "Your sentence denies what this point holds: "
+SUSPECT_REASON = (
+    "Not verified: your sentence reads close to a common wrong version of this point, "
+    "and wording alone cannot tell which you mean. Answer the check to settle it."
+)
 
 
 def _unclear_reason(pt: PointTerms, f: Facts, t: Thresholds) -> str:
