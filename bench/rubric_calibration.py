@@ -1,7 +1,9 @@
-"""The rubric grader vs expert labels on tests/data/rubric_eval/, tuning and held-out parts.
+"""The rubric grader vs labelled answers: the blind set (tests/data/rubric_blind/, the
+headline: answers written from the prompt alone, labelled by someone else) and the old set
+(tests/data/rubric_eval/, written beside the claims; tuning data), each split by question.
 
-    python -m bench.rubric_calibration            # evaluate tuned.json on both parts
-    python -m bench.rubric_calibration --tune     # tune on the TUNING part, write tuned.json
+    python -m bench.rubric_calibration            # blind held-out | blind tuning | old set
+    python -m bench.rubric_calibration --tune     # tune on the TUNING parts, write tuned.json
 
 The split is by question, fixed by the slug: a question is held out iff
 sha256(slug) % 10 < 4, so questions added later fall into a part without re-tuning. Tuning
@@ -186,6 +188,7 @@ def metrics(cases, points, results) -> dict:
     agree = total = 0
     calib, caught, adversarial = [], 0, 0
     hits = estimated = 0
+    strong_points = strong_contra = 0
     scores: dict[tuple[str, str], list[float]] = {}
     grader_totals, expert_totals = [], []
     for case, result in zip(cases, results, strict=True):
@@ -197,6 +200,10 @@ def metrics(cases, points, results) -> dict:
                 calib.append((p.estimate, expert))
                 hits += p.verdict == "hit"
                 estimated += p.verdict == "unclear" and p.estimate >= 0.5
+        if case.label == "strong":
+            ordinary = [p for p in result.points if not p.penalty]
+            strong_points += len(ordinary)
+            strong_contra += sum(p.verdict == "contradicted" for p in ordinary)
         for i in case.contradicts if case.label == "adversarial" else ():
             adversarial += 1
             caught += result.points[i].verdict == "contradicted"
@@ -228,6 +235,8 @@ def metrics(cases, points, results) -> dict:
         "contradictions": adversarial,
         "hits": hits,
         "estimated": estimated,
+        "strong_points": strong_points,
+        "strong_contradicted": strong_contra,
     }
 
 
@@ -279,7 +288,6 @@ GRID = {
     "margin": [-0.05, 0.0, 0.03, 0.06],
     "contra_floor": [0.5, 0.55, 0.6, 0.7],
     "contra_margin": [0.0, 0.04, 0.08, 0.12],
-    "strong_contra": [0.75, 0.8, 0.85, 0.9, 1.01],
     "key_share": [0.34, 0.5, 0.75, 1.0],
     "plain_share": [0.2, 0.3, 0.4, 0.5],
     "stuffed": [0.2, 0.25, 0.3, 0.4, 1.01],
@@ -288,15 +296,36 @@ GRID = {
 }
 
 
-def tune(cases, points, retrievals, rounds: int = 2, log=print):
+def blind_objective(m: dict) -> float:
+    """What tuning maximises on the blind tuning part: agreement and ordering, strong and
+    terse answers near the labeller, wrong ones low, no contradiction of a strong answer."""
+    order = m["ordered"] / m["ordered_of"] if m["ordered_of"] else 0.0
+    contra = m["strong_contradicted"] / m["strong_points"] if m["strong_points"] else 0.0
+    gap = abs(m["gap"]["strong"]) + abs(m["gap"]["terse"])
+    wrong = max(0.0, m["mean"]["wrong"] - 0.2)
+    return m["agreement"] + 0.25 * order - 2.0 * contra - 0.5 * gap - 0.5 * wrong
+
+
+def tune(cases, points, retrievals, rounds: int = 2, log=print, blind=None):
     """Coordinate descent over GRID on the given (tuning) answers, the estimate model
-    refitted for each candidate; returns the best Params and its metrics."""
+    refitted for each candidate (on both sets' tuning answers); `blind` = (cases,
+    retrievals) of the blind tuning part, which joins the objective. Returns the best Params
+    and its metrics on the old set."""
+    from bench import rubric_blind
     from trainer.grading.rubric import params
 
+    b_cases, b_retrievals = blind or ([], [])
+    fit_cases = list(cases) + [_as_case(c) for c in b_cases]
+    fit_retrievals = list(retrievals) + list(b_retrievals)
+
     def run(t):
-        p = params.Params(t, fit_calibration(cases, points, retrievals, t))
+        p = params.Params(t, fit_calibration(fit_cases, points, fit_retrievals, t))
         m = metrics(cases, points, results_of(cases, points, retrievals, p))
-        return objective(m), p, m
+        score = objective(m)
+        if b_cases:
+            bm = rubric_blind.metrics(b_cases, points, results_of(b_cases, points, b_retrievals, p))
+            score += 2.0 * blind_objective(bm)
+        return score, p, m
 
     best = run(params.load().thresholds)  # warm start from the last tuning
     for _ in range(rounds):
@@ -312,6 +341,10 @@ def tune(cases, points, retrievals, rounds: int = 2, log=print):
     return best[1], best[2]
 
 
+def _as_case(c) -> Case:
+    return Case(c.slug, c.label, "", c.text, c.expert, c.contradicted)
+
+
 def timings_ms(cases, points, prompts) -> list[float]:
     from trainer.grading import rubric
 
@@ -323,18 +356,17 @@ def timings_ms(cases, points, prompts) -> list[float]:
     return sorted(out)
 
 
-def _pct(a: int, b: int) -> str:
+def pct(a: int, b: int) -> str:
     return f"{a}/{b} ({a / b:.0%})" if b else "—"
 
 
 def table(parts: dict[str, dict]) -> list[str]:
-    names = list(parts)
     rows = [
         ("questions / answers", lambda m: f"{m['questions']} / {m['answers']}", ""),
         ("point agreement", lambda m: f"{m['agreement']:.1%}", "≥ 83% (stretch 85%)"),
         (
             "strong > partial > max(wrong, off)",
-            lambda m: _pct(m["ordered"], m["ordered_of"]),
+            lambda m: pct(m["ordered"], m["ordered_of"]),
             "≥ 75%",
         ),
     ]
@@ -352,8 +384,13 @@ def table(parts: dict[str, dict]) -> list[str]:
         ("ECE of estimate", lambda m: f"{m['ece']:.3f}", "≤ 0.10"),
         (
             "adversarial contradictions caught",
-            lambda m: _pct(m["caught"], m["contradictions"]),
+            lambda m: pct(m["caught"], m["contradictions"]),
             "≥ 80%",
+        ),
+        (
+            "contradicted on strong answers' points",
+            lambda m: pct(m["strong_contradicted"], m["strong_points"]),
+            "",
         ),
         (
             "credited points: verified (verify) / estimated",
@@ -361,6 +398,12 @@ def table(parts: dict[str, dict]) -> list[str]:
             "",
         ),
     ]
+    return render(parts, rows)
+
+
+def render(parts: dict[str, dict], rows) -> list[str]:
+    """A Markdown table: one row per (name, format, target), one column per part."""
+    names = list(parts)
     out = ["| figure | " + " | ".join(names) + " | target |", "|---" * (len(names) + 2) + "|"]
     for name, fmt, target in rows:
         out.append(f"| {name} | " + " | ".join(fmt(parts[n]) for n in names) + f" | {target} |")
@@ -370,9 +413,9 @@ def table(parts: dict[str, dict]) -> list[str]:
 def summary(m: dict) -> str:
     return (
         f"{m['questions']} questions, {m['answers']} answers: agreement {m['agreement']:.1%}, "
-        f"ordering {_pct(m['ordered'], m['ordered_of'])}, on-topic-wrong "
+        f"ordering {pct(m['ordered'], m['ordered_of'])}, on-topic-wrong "
         f"{m['mean']['on-topic-wrong']:.2f}, off {m['mean']['off']:.2f}, Spearman "
-        f"{m['spearman']:.2f}, ECE {m['ece']:.3f}, caught {_pct(m['caught'], m['contradictions'])}"
+        f"{m['spearman']:.2f}, ECE {m['ece']:.3f}, caught {pct(m['caught'], m['contradictions'])}"
     )
 
 
@@ -390,35 +433,50 @@ def main(argv: list[str] | None = None) -> None:
         help="'tuning' while developing: the held-out part is not graded at all",
     )
     args = parser.parse_args(argv)
+    from bench import rubric_blind
+
     points, prompts = bank_points()
     cases = [c for c in load_cases() if c.slug in points]
+    blind = [c for c in rubric_blind.load() if c.slug in points]
     from trainer.grading import rubric
     from trainer.grading.rubric import params
 
     rubric.model()
     tuning = [c for c in cases if not held_out(c.slug)]
     held = [c for c in cases if held_out(c.slug)]
+    b_tuning = [c for c in blind if not held_out(c.slug)]
+    b_held = [c for c in blind if held_out(c.slug)]
     with EmbeddingCache(args.cache) if args.cache else contextlib.nullcontext():
         tuning_r = analyse(tuning, points, prompts)
+        b_tuning_r = analyse(b_tuning, points, prompts)
         if args.tune:
-            best, m = tune(tuning, points, tuning_r)
+            best, m = tune(tuning, points, tuning_r, blind=(b_tuning, b_tuning_r))
             params.TUNED_PATH.write_text(best.as_json())
-            print(f"wrote {params.TUNED_PATH.relative_to(ROOT)}; tuning part: {summary(m)}")
+            print(f"wrote {params.TUNED_PATH.relative_to(ROOT)}; old tuning part: {summary(m)}")
             return
-        held_r = analyse(held, points, prompts) if args.part == "both" else []
+        both = args.part == "both"
+        held_r = analyse(held, points, prompts) if both else []
+        b_held_r = analyse(b_held, points, prompts) if both else []
     p = params.load()
-    parts = {"tuning": metrics(tuning, points, results_of(tuning, points, tuning_r, p))}
-    if args.part == "tuning":
-        print("TUNING PART ONLY: " + summary(parts["tuning"]))
-        print("\n".join(table(parts)))
-        return
-    parts = {"held-out": metrics(held, points, results_of(held, points, held_r, p))} | parts
-    h = parts["held-out"]
-    print("HELD-OUT: " + summary(h))
+
+    def blind_metrics(part, retrievals):
+        return rubric_blind.metrics(part, points, results_of(part, points, retrievals, p))
+
+    blind_parts = {"blind tuning": blind_metrics(b_tuning, b_tuning_r)}
+    parts = {"old tuning": metrics(tuning, points, results_of(tuning, points, tuning_r, p))}
+    if both:
+        blind_parts = {"blind held-out": blind_metrics(b_held, b_held_r)} | blind_parts
+        parts = {"old held-out": metrics(held, points, results_of(held, points, held_r, p))} | parts
+        print("BLIND HELD-OUT: " + rubric_blind.summary(blind_parts["blind held-out"]))
+    else:
+        print("TUNING PARTS ONLY (the held-out part is not graded)")
+    print("\n".join(rubric_blind.table(blind_parts)))
+    print()
+    print("The old set (written beside the claims; tuning data, reported for comparison):")
     print("\n".join(table(parts)))
     print("verified by check or judge: 0 offline (checks and the judge run after submission)")
-    if not args.no_timing:
-        t = timings_ms(cases, points, prompts)
+    if not args.no_timing and both:
+        t = timings_ms([*cases, *blind], points, prompts)
         print(
             f"grading one answer (warm, {len(t)} answers): p50 {statistics.median(t):.0f} ms, "
             f"p95 {t[round(0.95 * (len(t) - 1))]:.0f} ms, max {t[-1]:.0f} ms"
