@@ -9,9 +9,15 @@ KV and sends it (one KVH1 frame: header, int32 token ids, raw KV) over an AF_UNI
 socket to the decode process, which writes it into its own blocks and decodes.
 
 Predictions: the KV part of each frame is exactly 2 × layers × kv_heads × head_dim × 4 bytes
-× prompt tokens (the header and token ids are counted apart); a transfer takes at least its
-frame's bytes / the socket bandwidth (best of 10 probe frames as large as the longest
-prompt's, after 2 discarded); a colocated stall (step ms above a decode-only step of the
+× prompt tokens (the header and token ids are counted apart); a transfer takes at least
+max(the fastest probe frame as small as the trace's smallest, its frame's bytes / the socket
+bandwidth): probed before and after the traces, 100 frames of each size each time after 2
+discarded, the sender spinning between frames (a sleeping core clocks down and wakes slowly,
+and in a trace both processes are busy). With 10 probe frames the best probe was no faster
+than the trace's transfers, and a trace transfer beat a bound drawn from it by 1.3-1.7x;
+the per-frame floor keeps the small frames' bound within a few x of their time (bytes /
+bandwidth alone was 10-18x under them: wake-ups and syscalls, not bytes, set a 60 KB
+frame's time). A colocated stall (step ms above a decode-only step of the
 same batch) ≈ the stall timed first, with both processes busy, when a prefill of that
 length joins 4 running decodes (median of 10 rounds after a discarded one per process,
 each round's length moved by a seeded ±8 tokens as a trace's lengths vary, linear between
@@ -46,7 +52,7 @@ from lab.labs.disagg_trace import (
 # engine work.
 BANDS = {"kv-bytes-predicted": 0, "transfer-bound": 0.2, "stall-predicted": 0.25}
 MAX_SEQS = 32  # per engine process
-PROBES, PROBE_WARMUP = 10, 2
+PROBES, PROBE_WARMUP = 100, 2  # per size and probe: the bound is a best-of, so many
 ROUNDS, CAL_DECODES = 6, 4  # stall calibration: rounds (the first discarded), decodes
 JITTER = 8  # stall calibration: each round's length within ± this many tokens of nominal
 START_S = 0.3  # a trace starts this long after it is sent (both processes get it first)
@@ -67,8 +73,9 @@ class Disaggregation(Lab):
         "decodes: no stalls, a transfer per request instead — but one prefill process now "
         "queues what two shared, so TTFT can get worse. Predicted: the KV bytes per request "
         "exactly (2 × layers × KV heads × head dim × 4 B × prompt tokens; the header "
-        "counted apart), each transfer at least its bytes / the socket bandwidth probed "
-        "first, and each colocated stall (the step's CPU time above a plain decode step's) "
+        "counted apart), each transfer at least max(the fastest small probe frame, its bytes / "
+        "the socket bandwidth), both probed before and after the traces, and each "
+        "colocated stall (the step's CPU time above a plain decode step's) "
         "from stalls timed first at up to 7 prompt lengths. On this 2-core CPU and a "
         "5M-parameter model every absolute number is small; the ratios (ITL and TPOT p99 "
         "colocated / disaggregated, stall / transfer time) are what carries over to GPUs, "
@@ -98,7 +105,7 @@ class Disaggregation(Lab):
         Series("stall-predicted", "stall, predicted", "predicted", predicts="stall",
                mode="markers", claim="estimate", band=BANDS["stall-predicted"]),
         Series("transfer", "KV transfer time, disaggregated", mode="markers"),
-        Series("transfer-bound", "transfer ≥ bytes / socket bandwidth", "predicted",
+        Series("transfer-bound", "transfer ≥ max(floor, bytes / socket bandwidth)", "predicted",
                predicts="transfer", mode="markers", claim="bound",
                band=BANDS["transfer-bound"]),
         Series("kv-bytes", "KV sent per request", axis="y2", mode="markers", hidden=True),
@@ -149,11 +156,12 @@ class Disaggregation(Lab):
         reqs = trace(p)
         with spawn_pair(block_size=p["block_size"], max_num_seqs=MAX_SEQS,
                         check=ctx.check_cancel) as (pre, dec):  # fmt: skip
-            rates = self._probe(ctx, pre, dec, p["long_max"])
+            small = min(p["decode_prompt"], p["long_min"])
+            probes = {n: self._probe(ctx, pre, dec, n) for n in (small, p["long_max"])}
             fit = self._calibrate(ctx, pre, dec, p)
             ctx.summary.update({
                 "transport": TRANSPORT,
-                "constants": self._constants(rates, p),
+                "constants": self._constants(probes),
                 "calibration": fit.describe(),
                 "warmup": f"discarded: {PROBE_WARMUP} probe frames per probe and the first "
                           f"of {ROUNDS} calibration rounds per process; each trace runs "
@@ -162,30 +170,41 @@ class Disaggregation(Lab):
             colocated = self._colocated(ctx, pre, dec, reqs)
             yield from self._colocated_points(reqs, colocated, fit, ctx)
             disagg = self._disagg(ctx, pre, dec, reqs)
-            rates += self._probe(ctx, pre, dec, p["long_max"])  # again: best of both
-            ctx.summary["constants"] = self._constants(rates, p)
+            for n in probes:  # again: best of both
+                probes[n] += self._probe(ctx, pre, dec, n)
+            ctx.summary["constants"] = self._constants(probes)
+            rates = [b / t for t, b in probes[p["long_max"]]]
             bandwidth = check_value("bandwidth_bytes_s", max(rates), "cpu",
                                     "local socket bandwidth")  # fmt: skip
+            floor_s = check_value("dispatch_s", min(t for t, _ in probes[small]), "cpu",
+                                  "fastest small KV frame")  # fmt: skip
             ctx.summary["socket_median_gb_s"] = statistics.median(rates) / 1e9
-            yield from self._disagg_points(reqs, disagg, bandwidth, ctx)
+            ctx.summary["frame_floor_ms"] = floor_s * 1000
+            yield from self._disagg_points(reqs, disagg, bandwidth, floor_s, ctx)
         self._ratios(ctx)
 
     # --- phases --------------------------------------------------------------------------
     @staticmethod
-    def _probe(ctx, pre: WorkerProcess, dec: WorkerProcess, tokens: int) -> list[float]:
-        """Bytes/s of each probe frame (as large as the longest prompt's, one at a time)."""
+    def _probe(ctx, pre: WorkerProcess, dec: WorkerProcess,
+               tokens: int) -> list[tuple[float, int]]:  # fmt: skip
+        """(seconds, bytes) of each probe frame of a `tokens`-token KV, one at a time."""
         ctx.check_cancel()
         count = PROBE_WARMUP + PROBES
         pre.send({"cmd": "send_probe", "tokens": tokens, "count": count})
         dec.send({"cmd": "recv_probe", "count": count})
         _, got = replies([pre, dec], ctx.check_cancel)
-        return [n / (t1 - t0) for t0, t1, n in got["frames"][PROBE_WARMUP:]]
+        return [(t1 - t0, n) for t0, t1, n in got["frames"][PROBE_WARMUP:]]
 
     @staticmethod
-    def _constants(rates: list[float], p: dict) -> str:
+    def _constants(probes: dict[int, list[tuple[float, int]]]) -> str:
+        small, large = min(probes), max(probes)
+        rates = [b / t for t, b in probes[large]]
+        times = [t * 1000 for t, _ in probes[small]]
         return (f"local socket {max(rates) / 1e9:.2f} GB/s (best of {len(rates)} "
-                f"{kv_bytes(p['long_max']) / 2**20:.2f} MiB frames; median "
-                f"{statistics.median(rates) / 1e9:.2f})")  # fmt: skip
+                f"{kv_bytes(large) / 2**20:.2f} MiB frames; median "
+                f"{statistics.median(rates) / 1e9:.2f}); per-frame floor {min(times):.3f} ms "
+                f"(fastest of {len(times)} {kv_bytes(small) / 1024:.0f} KiB frames; median "
+                f"{statistics.median(times):.3f})")  # fmt: skip
 
     @staticmethod
     def _calibrate(ctx, pre: WorkerProcess, dec: WorkerProcess, p: dict) -> StallTable:
@@ -252,14 +271,18 @@ class Disaggregation(Lab):
         ctx.summary["colocated_prefill_joined_steps"] = len(found)
         ctx.summary["colocated_off_cpu_pct"] = off_cpu_pct([s for st in run["steps"] for s in st])
 
-    def _disagg_points(self, reqs, run: dict, bandwidth: float, ctx) -> Iterator[Point]:
+    def _disagg_points(self, reqs, run: dict, bandwidth: float, floor_s: float,
+                       ctx) -> Iterator[Point]:  # fmt: skip
         lat = latencies(reqs, run["t0"], run["times"])
         yield from _latency_points("disagg", reqs, lat, ctx)
         by_id = {r.id: r for r in reqs}
         transfer_ms, kv_total = [], 0
         for f in sorted(run["imports"], key=lambda f: f["id"]):
             r, total = by_id[f["id"]], f["header"] + f["ids"] + f["kv"]
-            ms, bound = (f["t_received"] - f["t_send"]) * 1000, total / bandwidth * 1000
+            ms, bound = (
+                (f["t_received"] - f["t_send"]) * 1000,
+                max(floor_s, total / bandwidth) * 1000,
+            )
             transfer_ms.append(ms)
             kv_total += f["kv"]
             yield Point("transfer", r.arrival_s, ms, {

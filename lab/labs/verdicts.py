@@ -5,7 +5,8 @@ Each predicted `Series` declares its claim (base.Series.claim):
   (0 by default: equal up to float rounding).
 - bound: a lower bound on the measured value (upper when `bound_side` is "upper"); the
   measured may not beat it by more than `band` (noise). Beating a bound by more than 1.2×
-  is a bug in the model, not a lesson.
+  is a bug in the model, not a lesson. A bound held with the median point more than LOOSE×
+  from it says so ("loose"): it bounds the measurement without predicting it.
 - estimate: measured / predicted within ±band on the median point; the worst is reported.
 
 Under contention (more runnable threads than cores, or the run got little CPU) a missed
@@ -26,6 +27,7 @@ from lab.labs.base import Lab, Point, Series
 
 EXACT_TOLERANCE = 1e-9  # relative: float rounding, not a band
 BOUND_BUG = 1.2  # beating a bound by more than this is a bug in the model
+LOOSE = 3.0  # a held bound whose median point is further than this from it is called loose
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,10 @@ def judge(series: Series, rows: list[tuple[float, float, float]], contended: str
             closest = 1 / beat if beat > 0 else math.inf
             side = "below" if upper else "above"
             text = f"held: measured stayed {side} the bound (closest {closest:.2f}× at x={wx:g})"
+            typical = (1 / median if upper else median) if median > 0 else math.inf
+            if typical > LOOSE:
+                text += (f"; loose: the median point is {typical:.1f}× the bound, so it bounds "
+                         "the measurement without predicting it")  # fmt: skip
         else:
             why = cause or (
                 "the model counts work the step skips, or its constants were measured "

@@ -221,6 +221,9 @@ def test_a_small_run_draws_every_series_and_the_ratios(small_run):
     bounds = sorted((p.extra["frame_bytes"], p.extra["predicted"]) for p in points
                     if p.series == "transfer")  # fmt: skip
     assert all(a[1] <= b[1] for a, b in itertools.pairwise(bounds))  # monotone in bytes
+    # the smallest frames are bounded by the fastest probe frame of their size, not bytes/BW
+    assert bounds[0][1] == pytest.approx(summary["frame_floor_ms"])
+    assert "per-frame floor" in summary["constants"]
     assert wall_s < 60
 
 

@@ -79,3 +79,10 @@ def test_pairs_use_extra_predicted_or_the_predicted_series_at_that_x():
     assert verdicts["prefill-roofline"].status == "held"
     assert verdicts["none-predicted"].status == "held"
     assert judge(ESTIMATE, []).status == "no points"
+
+
+def test_a_bound_held_far_from_its_points_says_it_is_loose():
+    far = judge(BOUND, [(16, 10.0, 1.1), (64, 12.0, 2.0), (512, 30.0, 20.0)])  # median 6×
+    assert far.status == "held" and "loose: the median point is 6.0× the bound" in far.text
+    near = judge(BOUND, [(16, 1.3, 1.1), (512, 30.0, 20.0)])
+    assert near.status == "held" and "loose" not in near.text
