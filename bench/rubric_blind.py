@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.rubric_calibration import credited, pct, render
+from bench.rubric_calibration import credited, ece, pct, render
 from trainer.grading.rubric.verify import DENIAL_REASON
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,6 +110,7 @@ def metrics(cases: Sequence[BlindCase], points, results) -> dict:
     wrong_contra = wrong_contra_right = 0
     denied = denied_right = 0
     hits = estimated = 0
+    calib: list[tuple[float, bool]] = []  # (estimate, labeller covers it), ordinary points
     for case, result in zip(cases, results, strict=True):
         pts = points[case.slug]
         lab = case.label
@@ -118,6 +119,7 @@ def metrics(cases: Sequence[BlindCase], points, results) -> dict:
             agree += credited(p) == expert
             total += 1
             if not p.penalty:
+                calib.append((float(p.estimate or 0.0), p.index in case.covered))
                 hits += p.verdict == "hit"
                 estimated += p.verdict == "unclear" and p.estimate >= 0.5
             if p.verdict == "contradicted" and p.reason.startswith(DENIAL_REASON):
@@ -171,6 +173,7 @@ def metrics(cases: Sequence[BlindCase], points, results) -> dict:
         "denied_right": denied_right,
         "hits": hits,
         "estimated": estimated,
+        "ece": ece(calib),
     }
 
 
@@ -218,6 +221,7 @@ def table(parts: dict[str, dict]) -> list[str]:
             "≥ 95%",
         ),
         ("point agreement", lambda m: f"{m['agreement']:.1%}", "≥ 85%"),
+        ("ECE of estimate (vs the labeller's covered)", lambda m: f"{m['ece']:.3f}", ""),
         (
             "credited points: verified / estimated",
             lambda m: f"{m['hits']} / {m['estimated']}",
