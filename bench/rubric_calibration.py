@@ -4,6 +4,7 @@ headline: answers written from the prompt alone, labelled by someone else) and t
 
     python -m bench.rubric_calibration            # blind held-out | blind tuning | old set
     python -m bench.rubric_calibration --tune     # tune on the TUNING parts, write tuned.json
+    python -m bench.rubric_calibration --refit    # the estimate model only, thresholds kept
 
 The split is by question, fixed by the slug: a question is held out iff
 sha256(slug) % 10 < 4, so questions added later fall into a part without re-tuning. Tuning
@@ -257,16 +258,19 @@ def fit_calibration(cases, points, retrievals, thresholds):
     xs, ys = [], []
     rates: dict[str, list[int]] = {"contradicted": [], "stuffed": []}
     for case, r in zip(cases, retrievals, strict=True):
-        for i, point in enumerate(points[case.slug]):
+        rubric = points[case.slug]
+        decisions = verify.decide_all(rubric, r, thresholds)
+        context = estimate.answer_context(decisions, [q.penalty for q in rubric])
+        for i, point in enumerate(rubric):
             if point.penalty:
                 continue
-            d = verify.decide(i, point, r, thresholds)
+            d = decisions[i]
             credited_by_expert = int(i in case.expert)
             kind = estimate.kind(d)
             if kind != "model":
                 rates[kind].append(credited_by_expert)
                 continue
-            xs.append(estimate.features(d, bool(point.key_terms)))
+            xs.append(estimate.features(d, bool(point.key_terms), context))
             ys.append(credited_by_expert)
     model = LogisticRegression(C=1.0, max_iter=2000).fit(xs, ys)
 
@@ -424,6 +428,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--tune", action="store_true", help="tune on the tuning part and write tuned.json"
     )
+    parser.add_argument(
+        "--refit",
+        action="store_true",
+        help="refit only the estimate model on both sets' tuning parts (thresholds kept) and "
+        "write tuned.json",
+    )
     parser.add_argument("--no-timing", action="store_true")
     parser.add_argument("--cache", type=Path, help="keep sentence vectors in this file")
     parser.add_argument(
@@ -449,6 +459,14 @@ def main(argv: list[str] | None = None) -> None:
     with EmbeddingCache(args.cache) if args.cache else contextlib.nullcontext():
         tuning_r = analyse(tuning, points, prompts)
         b_tuning_r = analyse(b_tuning, points, prompts)
+        if args.refit:
+            t = params.load().thresholds
+            fit = fit_calibration(
+                [*tuning, *map(_as_case, b_tuning)], points, [*tuning_r, *b_tuning_r], t
+            )
+            params.TUNED_PATH.write_text(params.Params(t, fit).as_json())
+            print(f"wrote {params.TUNED_PATH.relative_to(ROOT)} (estimate model refitted)")
+            return
         if args.tune:
             best, m = tune(tuning, points, tuning_r, blind=(b_tuning, b_tuning_r))
             params.TUNED_PATH.write_text(best.as_json())

@@ -7,6 +7,7 @@ the evaluation set (bench/rubric_calibration.py --tune) and stored in tuned.json
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from trainer.grading.rubric import numbers
 from trainer.grading.rubric.params import Calibration
@@ -24,16 +25,37 @@ FEATURES = (
     "keyed",  # the point has authored key terms
     "negated_any",  # a term of the point is negated somewhere in the evidence
     "neg",  # closeness of the evidence to the nearest contradiction
+    "answer_verified",  # share of the answer's ordinary points verified
+    "answer_doubt",  # share of them read close to a wrong version, or with a wrong number
 )
 # Until tuned: a hit is likely credited, an unclear point somewhat, the rest not.
-_FALLBACK = Calibration(FEATURES, (4.0, 2.0, 1.0, 2.0, -2.0, 0.5, -1.0, -1.0, 0.0, -0.5, 0.0), -3.0)
+_FALLBACK = Calibration(
+    FEATURES, (4.0, 2.0, 1.0, 2.0, -2.0, 0.5, -1.0, -1.0, 0.0, -0.5, 0.0, 0.0, 0.0), -3.0
+)
 # (the fallback only serves until tuned.json exists; tests run with tuned.json)
 
 
-def features(d: Decision, keyed: bool) -> list[float]:
+def answer_context(decisions: Sequence[Decision], penalty: Sequence[bool]) -> tuple[float, float]:
+    """(share verified, share in doubt) of an answer's ordinary points: an interviewer reads
+    a vague sentence in an answer that gets most points right otherwise than the same
+    sentence in one that reads wrong on several (close to a known wrong version, a number
+    outside every assumption, a denial)."""
+    ordinary = [d for d, pen in zip(decisions, penalty, strict=True) if not pen]
+    if not ordinary:
+        return 0.0, 0.0
+    verified = sum(d.verdict == "hit" for d in ordinary)
+    doubt = sum(
+        d.verdict == "contradicted"
+        or (d.facts is not None and (d.facts.suspect or d.facts.numbers is numbers.Status.WRONG))
+        for d in ordinary
+    )
+    return verified / len(ordinary), doubt / len(ordinary)
+
+
+def features(d: Decision, keyed: bool, context: tuple[float, float] = (0.0, 0.0)) -> list[float]:
     f = d.facts
     if f is None:
-        return [0.0] * len(FEATURES)
+        return [0.0] * (len(FEATURES) - 2) + list(context)
     return [
         d.best_pos,
         f.pos - max(f.neg, 0.0),
@@ -46,16 +68,20 @@ def features(d: Decision, keyed: bool) -> list[float]:
         float(keyed),
         float(f.negated_any),
         max(f.neg, 0.0),
+        *context,
     ]
 
 
-def estimate(d: Decision, keyed: bool, calibration: Calibration) -> float:
-    """P(an expert credits the point) given what the stages found."""
+def estimate(
+    d: Decision, keyed: bool, calibration: Calibration, context: tuple[float, float] = (0.0, 0.0)
+) -> float:
+    """P(an expert credits the point) given what the stages found (`context`: the answer's
+    answer_context)."""
     if d.verdict == "contradicted":
         return calibration.contradicted_rate
     if d.verdict != "hit" and d.facts is not None and d.facts.stuffed:
         return calibration.stuffed_rate
-    return probability(features(d, keyed), calibration)
+    return probability(features(d, keyed, context), calibration)
 
 
 def kind(d: Decision) -> str:

@@ -30,9 +30,10 @@ def evaluate(
     results = []
     decisions = verify.decide_all(points, r, p.thresholds)
     listed = is_term_list(r, p.thresholds)
+    context = estimate.answer_context(decisions, [q.penalty for q in points])
     for i, (point, d) in enumerate(zip(points, decisions, strict=True)):
         keyed = bool(point.key_terms)
-        prob = estimate.estimate(d, keyed, p.calibration)
+        prob = estimate.estimate(d, keyed, p.calibration, context)
         if d.verdict == "missed" and not point.penalty:
             prob = min(prob, 0.5)  # nothing in the answer is about it
         if listed and not point.penalty and d.verdict in ("hit", "unclear"):
