@@ -61,6 +61,34 @@ CASES = [
         "full-stack-latency-long-prompt-hol",
         "For that long every running stream gets no tokens (the freeze).",
     ),
+    # Grader 3.0 on the whole blind set (2026-12-07): numbers of another quantity taken for
+    # the point's. A figure another expectation accepts (the TP=4 pool, not a wrong TP=8 one):
+    (
+        "serving-design-chat-assistant-70b",
+        "A TP=4 replica has ~320 × 0.9 − 140 ≈ 150 GB for KV.",
+    ),
+    (
+        "serving-design-chat-assistant-70b",
+        "TP4 replica ≈ 320x0.9 − 140 ≈ 150 GB KV",
+    ),
+    # two figures of the kind, one of them another expectation's (the FP4 KV room): no proof
+    (
+        "quantization-fp8-vs-fp4-on-b200",
+        "With ~162 GB usable on one B200, the KV budget grows from about 91 to about 120 GB, "
+        "roughly a third more.",
+    ),
+    # "17 GB/req" states 17 GB per request; the 16 GB beside it is the weights
+    (
+        "flash-attention-long-context-decode-idle-gpu",
+        "KV/token = 2 x 32 L x 8 KV heads x 128 x 2 B = 128 KiB -> 128k ctx ~17 GB/req ~ "
+        "weights (16 GB)",
+    ),
+    # a figure in a sentence that does not name the quantity (launch overhead, not the floor)
+    (
+        "full-stack-latency-decode-trace",
+        "About 1,100 eager launches at 15–20 µs each of Python, dispatcher and launch overhead "
+        "is 17–22 ms of CPU time, and the GPU finishes each kernel before the next one arrives.",
+    ),
 ]
 
 
@@ -81,3 +109,10 @@ def test_the_realistic_kv_room_is_accepted_and_says_under_which_assumption(bank)
     budget = result.points[2]
     assert budget.verdict in ("hit", "unclear")
     assert budget.verdict != "hit" or "usable share of GPU memory" in budget.reason
+
+
+def test_a_wrong_number_naming_its_quantity_is_still_contradicted(bank):
+    points, prompts = bank
+    slug = "serving-design-chat-assistant-70b"
+    result = grade("A TP=4 replica has about 40 GB for KV.", points[slug], prompts[slug])
+    assert any(p.verdict == "contradicted" and "40 GB" in p.reason for p in result.points)

@@ -87,3 +87,22 @@ def test_model_names_are_not_numbers():
 )
 def test_expectations_parse_from_literals_and_resolved_dicts(item, expected):
     assert numbers.parse_expect(item) == expected
+
+
+def test_a_count_compound_unit_also_states_the_amount_per_one():
+    stated = {s.text: s for s in numbers.stated_numbers("~17 GB/req, 3.35 TB/s")}
+    assert stated["17 GB/req"].base.to("GB").magnitude == pytest.approx(17)
+    assert stated["3.35 TB/s"].base is None  # a rate, not an amount
+
+
+def test_a_wrong_figure_in_a_text_not_naming_the_quantity_is_no_proof():
+    floor = numbers.Expect(4.79, "ms", 0.1, "weight-read floor")
+    stated = numbers.stated_numbers("the launch overhead is 17 ms of CPU time")
+    assert (
+        numbers.check_each(stated, [floor], (), "the launch overhead is 17 ms of CPU time")[0][0]
+        is numbers.Status.NONE
+    )
+    said = "the weight-read floor is 17 ms"
+    assert numbers.check_each(numbers.stated_numbers(said), [floor], (), said)[0][0] is (
+        numbers.Status.WRONG
+    )

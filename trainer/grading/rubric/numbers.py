@@ -184,8 +184,24 @@ def stated_numbers(text: str) -> list[Stated]:
                 else m.end("num")
             ]
         q = value * (full or base or expressions.UREG.dimensionless)
-        out.append(Stated(span, q, value * base if full is not None else None))
+        own = value * base if full is not None else _per_count(m["unit"] or "", value)
+        out.append(Stated(span, q, own))
     return out
+
+
+_TIME = expressions.UREG.second.dimensionality
+
+
+def _per_count(unit: str, value: float) -> expressions.Quantity | None:
+    """ "17 GB/req" -> 17 GB: a compound unit per a count (request, token, sequence...) also
+    states the amount per one of them; per a time ("3.35 TB/s") it is a rate, and has none."""
+    if "/" not in unit:
+        return None
+    top, _, bottom = unit.partition("/")
+    numerator, denominator = _unit(top), _unit(bottom)
+    if numerator is None or (denominator is not None and denominator.dimensionality == _TIME):
+        return None
+    return value * numerator
 
 
 def _in(q: expressions.Quantity, expect: Expect) -> float | None:
@@ -244,19 +260,56 @@ def _provably_off(ratio: float, tol: float) -> bool:
     return abs(math.log(ratio)) > math.log(1 + tol) + math.log(GRAY)
 
 
+_LABEL_WORD_RE = re.compile(r"[a-z][a-z0-9]*")
+_LABEL_STOP = frozenset(
+    {"a", "an", "the", "of", "in", "on", "at", "to", "for", "per", "with", "and", "or", "by",
+     "from", "one", "two", "its", "after", "before", "over", "across", "into", "each", "all",
+     "this", "that"}
+)  # fmt: skip
+
+
+def names_quantity(expect: Expect, text: str | None) -> bool:
+    """Whether `text` names the expectation's quantity: a word of its label ("weight-read
+    floor", "KV room in FP8") or a stem of one. None (no text given) and no label: yes."""
+    if text is None or not expect.label:
+        return True
+    wanted = [w for w in _LABEL_WORD_RE.findall(expect.label.lower()) if w not in _LABEL_STOP]
+    have = set(_LABEL_WORD_RE.findall(text.lower()))
+
+    def stem_of(w: str, h: str) -> bool:  # "weights" names "weight", "reads" names "read"
+        return len(h) >= 4 and h[:4] == w[:4] and (h.startswith(w) or w.startswith(h))
+
+    return not wanted or any(w in have or any(stem_of(w, h) for h in have) for w in wanted)
+
+
 def check_each(
-    stated: Sequence[Stated], expects: Sequence[Expect], given: Sequence[Stated] = ()
+    stated: Sequence[Stated],
+    expects: Sequence[Expect],
+    given: Sequence[Stated] = (),
+    text: str | None = None,
 ) -> list[tuple[Status, str]]:
     """Per expectation: whether the stated numbers match it (a value some assumption in range
     gives, within the tolerance), miss it (with the reason: "You said 512 KiB per token; this
     point expects ≈320 KiB."), or say nothing about it. A number the question gives, or one
-    another expectation of it accounts for (`given`), is never a wrong value."""
+    another expectation of it accounts for (`given`), is never a wrong value; nor is one in a
+    `text` that does not name the quantity (names_quantity): "17-22 ms of CPU time" says
+    nothing about the weight-read floor."""
+    # A figure one of the point's expectations accepts is that quantity, never a wrong value
+    # of another ("150 GB for KV" on a TP=4 replica is not a wrong TP=8 pool).
+    explained = {
+        i
+        for i, s in enumerate(stated)
+        for e in expects
+        for q in (s.quantity, s.base)
+        if q is not None and (v := _in(q, e)) is not None and e.accepts(v)
+    }
     out = []
     for expect in expects:
         matched: tuple[Stated, float] | None = None
         last: tuple[Stated, float, float] | None = None  # a figure of this kind, not matching
         kinds: set[float] = set()  # the distinct such figures
-        for s in stated:
+        others = 0  # figures of this kind the question gives or another expectation explains
+        for n, s in enumerate(stated):
             for q in (s.quantity, s.base):
                 value = None if q is None else _in(q, expect)
                 if value is None:
@@ -265,18 +318,24 @@ def check_each(
                     matched = matched or (s, value)
                     break
                 ref = expect.low if abs(value) < abs(expect.low) else expect.high
-                if ref and 1 / WINDOW <= value / ref <= WINDOW and not _given(value, expect, given):
-                    last = (s, value, ref)
-                    kinds.add(round(value, 9))
+                if ref and 1 / WINDOW <= value / ref <= WINDOW:
+                    if n in explained or _given(value, expect, given):
+                        others += 1
+                    else:
+                        last = (s, value, ref)
+                        kinds.add(round(value, 9))
                     break
         # With two figures of this kind in the sentence ("576 - 141 = 250 GB", "usable 162 GB,
-        # KV from 91 to 120 GB") nothing tells which one is meant for this quantity: no proof.
-        # Only a sentence's single such figure, provably off, is a wrong value.
-        single = last is not None and len(kinds) == 1
+        # KV from 91 to 120 GB") nothing tells which one is meant for this quantity: no proof,
+        # also when the other is a figure the question gives or another expectation explains
+        # (120 GB there is the FP4 KV room). Only a sentence's single such figure, provably
+        # off, is a wrong value.
+        single = last is not None and len(kinds) == 1 and not others
         closest = last if single and _provably_off(last[1] / last[2], expect.tol) else None
         if matched:
             out.append((Status.OK, _accepted_reason(matched[0], expect, matched[1])))
-        elif closest is not None and _has_unit(expect):  # plain counts are too common
+        elif closest is not None and _has_unit(expect) and names_quantity(expect, text):
+            # (plain counts are too common to be proof)
             label = f" for {expect.label}" if expect.label else ""
             assumed = f" (with {expect.assumptions_text()})" if expect.ranged else ""
             out.append(
@@ -292,11 +351,14 @@ def check_each(
 
 
 def check(
-    stated: Sequence[Stated], expects: Sequence[Expect], given: Sequence[Stated] = ()
+    stated: Sequence[Stated],
+    expects: Sequence[Expect],
+    given: Sequence[Stated] = (),
+    text: str | None = None,
 ) -> tuple[Status, str]:
     """All expectations at once: WRONG (with its reason) if any is missed, OK if any
     matches (with the assumption that made it right, if one did), NONE otherwise."""
-    each = check_each(stated, expects, given)
+    each = check_each(stated, expects, given, text)
     for status, reason in each:
         if status is Status.WRONG:
             return status, reason
