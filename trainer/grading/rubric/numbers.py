@@ -358,7 +358,11 @@ def check(
 ) -> tuple[Status, str]:
     """All expectations at once: WRONG (with its reason) if any is missed, OK if any
     matches (with the assumption that made it right, if one did), NONE otherwise."""
-    each = check_each(stated, expects, given, text)
+    return combine(check_each(stated, expects, given, text))
+
+
+def combine(each: Sequence[tuple[Status, str]]) -> tuple[Status, str]:
+    """check()'s verdict from check_each()'s, for a caller that already has them."""
     for status, reason in each:
         if status is Status.WRONG:
             return status, reason

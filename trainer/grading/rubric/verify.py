@@ -138,7 +138,7 @@ def raw_facts(pt: PointTerms, unit: Unit, given: Sequence[numbers.Stated] = ()) 
     opposite = sum(p and s is not e for p, s, e in zip(present, seen, pt.expected, strict=True))
     share = sum(present) / len(present) if present else 1.0
     each = numbers.check_each(unit.stated, pt.expects, given, unit.text)
-    status, reason = numbers.check(unit.stated, pt.expects, given, unit.text)
+    status, reason = numbers.combine(each)
     missing = tuple(lab for lab, p in zip(pt.labels, present, strict=True) if not p)
     negated_any = any(
         e is terms.Polarity.POSITIVE and terms.negated_somewhere(g, unit.tagged)
