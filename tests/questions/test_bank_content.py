@@ -169,9 +169,16 @@ def _model_counts(model, kind: str, sentence: str) -> set[int]:
             counts |= {model.layers // k for k in (2, 3, 4, 6, 8) if model.layers % k == 0}
         return counts
     if kind.startswith(("kv", "key")):
-        # "if it were MHA, with 64 KV heads": a hypothetical MHA caches every query head
-        return {model.kv_heads} | ({model.heads} if _is_mha(sentence) else set())
+        # "if it were MHA, with 64 KV heads": a hypothetical MHA caches every query head;
+        # "ships 16 KV heads, already duplicated": KV heads replicated for TP > KV heads
+        counts = {model.kv_heads} | ({model.heads} if _is_mha(sentence) else set())
+        if re.search(r"replicat|duplicat", sentence):
+            counts |= {model.kv_heads * k for k in (2, 4)}
+        return counts
     if kind.startswith(("query", "attention")):
+        # "the 8 query heads that share a KV head": the GQA group size
+        if re.search(r"(each|a|one|per|the) KV head", sentence):
+            return {model.heads, model.heads // model.kv_heads}
         return {model.heads}
     return {model.heads, model.kv_heads}
 
