@@ -203,3 +203,23 @@ def test_the_hard_tail_sample_size_is_several_thousand_unpaired(questions):
     text = follow_up.rubric[0].text
     assert "4,350" in text and "paired" in text
     assert "4,350" in q.model_answer
+
+
+AUDITED = (
+    "flash-attention-long-context-decode-idle-gpu",
+    "kv-arith-mla-and-sliding-window",
+    "inference-basics-output-token-price",
+    "prompt-caching-multi-turn-cost",
+    "prompt-caching-low-hit-rate",
+    "cancellation-closed-tab",
+    "cancellation-proxy-hides-the-disconnect",
+    "kv-cache-read-vs-weight-read",
+    "inference-basics-two-phase-timing",
+    "model-compression-eval-hard-tail",
+)
+
+
+@pytest.mark.parametrize("slug", AUDITED)
+def test_every_audited_question_cites_its_sources(questions, slug):
+    assert questions[slug].sources
+    assert all(s.checked.isoformat() >= "2026-12-03" for s in questions[slug].sources)
