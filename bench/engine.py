@@ -135,13 +135,16 @@ def make_engine(model: LlamaModel, **overrides) -> LLMEngine:
 # ---------------------------------------------------------------- measurements
 
 
-def default_dtype(device: str) -> str:
-    """bf16 where the hardware has native bf16 (AVX-512 BF16 / AMX on CPU), else fp32."""
-    if torch.device(device).type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return "bf16" if native or "avx512_bf16" in flags or "amx_bf16" in flags else "fp32"
+def default_dtype(device: str) -> tuple[str, str]:
+    """(dtype, why): the engine's measured choice for the bundled target's shape on this
+    machine (lab.engine.dtypes, cached in var/engine_dtype.json), not a guess from CPU flags:
+    a CPU with avx512_bf16 can still run this model's steps faster in fp32."""
+    from lab.engine import dtypes
+    from lab.labs.common import bundled_shape
+
+    var = Path(os.environ.get("VAR_DIR") or Path(__file__).resolve().parents[1] / "var")
+    choice = dtypes.choose(device, shape=bundled_shape("target"), path=var / "engine_dtype.json")
+    return choice.dtype, choice.describe()
 
 
 def ours_decode_ms(
@@ -533,7 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", default="".join(SECTIONS), help="e.g. abd")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bf16 if native")
+    parser.add_argument("--dtype", choices=sorted(DTYPES),
+                        help="default: the measured fastest correct dtype (var/engine_dtype.json)")
     parser.add_argument("--compile", action="store_true", help="(a): also torch.compile")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -543,9 +547,10 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()
     started = time.perf_counter()
     now = datetime.datetime.now().isoformat(timespec="seconds")
-    dtype = args.dtype or default_dtype(args.device)
+    dtype, why = (args.dtype, "set by --dtype") if args.dtype else default_dtype(args.device)
     print(f"# python -m bench.engine {' '.join(sys.argv[1:])} ({now})\n\n{machine()}")
     print(f"Device {args.device}, dtype {dtype} (ours and HF), threads {args.threads}.")
+    print(f"dtype: {why}")
     bench = build(args.quick, args.device, DTYPES[dtype])
     bench.compile = args.compile
     if bench.bundled and _newer(WEIGHTS / "tokenizer.json", WEIGHTS / "target"):

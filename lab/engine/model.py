@@ -7,8 +7,10 @@ modes. The backends, `DenseAttention` (no cache) included, are in attention.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import time
 from pathlib import Path
 
 import torch
@@ -90,11 +92,33 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
 
 
+@functools.cache
+def mv_reads_faster() -> bool:
+    """Whether `torch.mv` reads a bf16 weight faster than `F.linear` for one row on this CPU,
+    timed once per process on 48 MB of weights (more than most L3s). It depends on the
+    CPU: ~1.5x faster on an Intel server with AMX, ~1.6x slower on an AMD EPYC with
+    avx512_bf16 (issue 31), so it is measured, not assumed."""
+    weights = [torch.randn(4096, 2048).to(torch.bfloat16) for _ in range(3)]
+    x = torch.randn(1, 2048).to(torch.bfloat16)
+    ways = {
+        "mv": lambda w: torch.mv(w, x[0]),
+        "linear": lambda w: F.linear(x, w),
+    }
+    best = {k: float("inf") for k in ways}
+    for _ in range(3):
+        for name, way in ways.items():
+            start = time.perf_counter()
+            for w in weights:
+                way(w)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best["mv"] < best["linear"]
+
+
 def linear(layer: nn.Module, x: Tensor) -> Tensor:
-    """`layer(x)`; a single bf16 row on CPU goes through `torch.mv`, which reads the weight
-    faster there than the GEMM `F.linear` picks (measured: ~1.5x on the dev CPU)."""
+    """`layer(x)`; a single bf16 row on CPU goes through `torch.mv` where that reads the
+    weight faster than the GEMM `F.linear` picks (mv_reads_faster: measured per machine)."""
     single_bf16_row = x.shape[0] == 1 and x.dtype == torch.bfloat16 and x.device.type == "cpu"
-    if single_bf16_row and type(layer) is nn.Linear:
+    if single_bf16_row and type(layer) is nn.Linear and mv_reads_faster():
         out = torch.mv(layer.weight, x[0])[None]
         return out if layer.bias is None else out + layer.bias
     return layer(x)

@@ -132,6 +132,9 @@ class Series:
     # Drawn but switched off at first (a legend click shows it): for a chart of many series
     # whose secondary ones would crowd the lesson. Its verdict and points are unchanged.
     hidden: bool = False
+    # Bound only: the lab promises it tight (its median point within verdicts.TIGHT x of the
+    # bound). docs/LABS.md lists these; check_predictions fails one that comes out loose.
+    tight: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,11 @@ class Lab:
 
     def miss_cause(self, series: str) -> str:
         """The likely cause a verdict names when `series`' prediction misses ("" = generic)."""
+        return ""
+
+    def loose_cause(self, series: str) -> str:
+        """Why bound `series` sits far above its measurement, and what would tighten it,
+        for a held-but-loose verdict ("" = generic)."""
         return ""
 
     def series_by_name(self) -> dict[str, Series]:

@@ -2,7 +2,10 @@
 
 Per (device name, dtype, torch threads, torch version) and read-buffer size class, a worker
 measures after warm-up: read bandwidth on a buffer as large as the bytes the predicted step
-reads (a small buffer measures the cache, not memory), GEMM FLOP/s and the per-kernel
+reads (a small buffer measures the cache, not memory), the rate a one-row matrix-vector
+product streams weights of that size in the lab's dtype (what a decode step at batch 1 can
+reach: one CPU core's matmul kernel reads well below its plain read rate, ~15 against 42
+GB/s on a 2-core AMD EPYC in bf16), GEMM FLOP/s and the per-kernel
 framework overhead (one tiny op's dispatch). Each is the best of several repeats (a rate
 ceiling, as a roofline needs) with its median kept beside it. A value outside physical
 bounds raises `CalibrationError`: a run then fails with that sentence and never draws a
@@ -35,12 +38,16 @@ REPEATS = 5  # timings per constant after warm-up; the best is the ceiling, the 
 WARMUP = 2  # discarded calls before timing (page faults, kernel selection, caches)
 # Physical bounds by device type: (low, high) in bytes/s, FLOP/s and seconds per kernel.
 BOUNDS = {
-    "cpu": {"bandwidth_bytes_s": (1e9, 1e12), "flop_s": (1e8, 1e16), "dispatch_s": (1e-8, 1e-2)},
-    "cuda": {"bandwidth_bytes_s": (1e10, 1e14), "flop_s": (1e10, 1e16), "dispatch_s": (1e-8, 1e-2)},
-}
-UNITS = {"bandwidth_bytes_s": "bytes/s", "flop_s": "FLOP/s", "dispatch_s": "s"}
+    "cpu": {"bandwidth_bytes_s": (1e9, 1e12), "matvec_bytes_s": (1e8, 1e12),
+            "flop_s": (1e8, 1e16), "dispatch_s": (1e-8, 1e-2)},
+    "cuda": {"bandwidth_bytes_s": (1e10, 1e14), "matvec_bytes_s": (1e9, 1e14),
+             "flop_s": (1e10, 1e16), "dispatch_s": (1e-8, 1e-2)},
+}  # fmt: skip
+UNITS = {"bandwidth_bytes_s": "bytes/s", "matvec_bytes_s": "bytes/s", "flop_s": "FLOP/s",
+         "dispatch_s": "s"}  # fmt: skip
 NAMES = {
     "bandwidth_bytes_s": "read bandwidth",
+    "matvec_bytes_s": "matrix-vector weight streaming rate",
     "flop_s": "matmul FLOP/s",
     "dispatch_s": "per-kernel overhead",
 }
@@ -67,6 +74,8 @@ class DeviceConstants:
     dispatch_s: float
     measured_at: float  # epoch seconds
     load_avg: float  # 1-minute load average when measured
+    matvec_bytes_s: float = 0.0  # one-row matmul over weight-sized matrices (0: not measured)
+    matvec_median_bytes_s: float = 0.0
 
     def describe(self, now: float | None = None,
                  uses: tuple[str, ...] = ("bandwidth", "flop")) -> str:  # fmt: skip
@@ -76,6 +85,7 @@ class DeviceConstants:
         parts = {
             "bandwidth": f"read {self.bandwidth_bytes_s / 1e9:.1f} GB/s "
                          f"({self.buffer_bytes / 2**20:.0f} MiB buffer)",
+            "matvec": f"matrix-vector {self.matvec_bytes_s / 1e9:.1f} GB/s",
             "flop": f"matmul {self.flop_s / 1e9:.1f} GFLOP/s (n={self.gemm_size})",
             "dispatch": f"{self.dispatch_s * 1e6:.1f} µs per kernel",
         }  # fmt: skip
@@ -103,7 +113,7 @@ def check_value(name: str, value: float, device_type: str = "cpu", what: str = "
 
 def check(constants: DeviceConstants, device_type: str = "cpu") -> DeviceConstants:
     """`constants` if every value is physical; CalibrationError naming the first that is not."""
-    for name in ("bandwidth_bytes_s", "flop_s", "dispatch_s"):
+    for name in ("bandwidth_bytes_s", "matvec_bytes_s", "flop_s", "dispatch_s"):
         check_value(name, getattr(constants, name), device_type)
     return constants
 
@@ -167,6 +177,22 @@ def _measure_bandwidth(num_bytes: int, device: str) -> tuple[float, float]:
     return buf.numel() * 4 / min(times), buf.numel() * 4 / statistics.median(times)
 
 
+def _measure_matvec(num_bytes: int, device: str, dtype: torch.dtype) -> tuple[float, float]:
+    """Bytes/s a one-row product streams `num_bytes` of weights through the engine's own
+    kernel choice (lab.engine.model.linear), 4096 x 1024 matrices at a time."""
+    from torch import nn
+
+    from lab.engine.model import linear
+
+    per = 4096 * 1024 * torch.empty(0, dtype=dtype).element_size()
+    layers = [nn.Linear(1024, 4096, bias=False).to(device=device, dtype=dtype)
+              for _ in range(max(1, num_bytes // per))]  # fmt: skip
+    x = torch.randn(1, 1024, device=device).to(dtype)
+    total = per * len(layers)
+    times = repeat(lambda: [linear(m, x) for m in layers], device)
+    return total / min(times), total / statistics.median(times)
+
+
 def _measure_gemm(device: str, dtype: torch.dtype, n: int) -> tuple[float, float]:
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
@@ -194,6 +220,8 @@ def measure(device: str, dtype: torch.dtype, read_bytes: int) -> DeviceConstants
     buffer_bytes = size_class(read_bytes)
     gemm = 4096 if kind == "cuda" else 512
     bw, bw_median = _measure_bandwidth(buffer_bytes, device)
+    with torch.no_grad():
+        mv, mv_median = _measure_matvec(buffer_bytes, device, dtype)
     flop_s, flop_median = _measure_gemm(device, dtype, gemm)
     constants = DeviceConstants(
         device=device_name(device), dtype=str(dtype).removeprefix("torch."),
@@ -201,6 +229,7 @@ def measure(device: str, dtype: torch.dtype, read_bytes: int) -> DeviceConstants
         buffer_bytes=buffer_bytes, bandwidth_bytes_s=bw, bandwidth_median_bytes_s=bw_median,
         flop_s=flop_s, flop_median_s=flop_median, gemm_size=gemm,
         dispatch_s=_measure_dispatch(device), measured_at=time.time(), load_avg=_loadavg(),
+        matvec_bytes_s=mv, matvec_median_bytes_s=mv_median,
     )  # fmt: skip
     return check(constants, kind)
 

@@ -22,8 +22,26 @@ WEIGHTS = Path(__file__).resolve().parent.parent / "engine" / "weights"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")  # "auto": the measured choice (issue 31)
+
+
 def torch_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
+
+
+def run_dtype(name: str, device: str, shape: dict, var_file: Path | None = None):
+    """(torch dtype, why) for a lab's `dtype` param: an explicit name as it is; "auto" the
+    fastest correct dtype for a model of `shape` on this machine, measured once and kept in
+    `var_file` (lab.engine.dtypes)."""
+    from lab.engine import dtypes
+
+    choice = dtypes.choose(device, name, shape=shape, path=var_file)
+    return choice.torch_dtype, choice.describe()
+
+
+def dtype_file(calibration_path: Path | None) -> Path | None:
+    """The engine-dtype cache beside the device-constants cache (both under VAR_DIR)."""
+    return calibration_path.with_name("engine_dtype.json") if calibration_path else None
 
 
 @functools.lru_cache(maxsize=8)

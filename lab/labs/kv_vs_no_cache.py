@@ -30,7 +30,7 @@ from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.calibration import fitted_rate, round_robin
-from lab.labs.common import bundled_shape, random_model, torch_dtype
+from lab.labs.common import DTYPE_CHOICES, bundled_shape, dtype_file, random_model, run_dtype
 from lab.labs.formulas import decode_step_flops
 
 MODES = ("cached", "none")
@@ -136,7 +136,9 @@ class KVvsNoCache(Lab):
         Param("new_tokens", "Tokens to generate", "int", 384, min=8, max=496, unit="tokens"),
         Param("every", "Point every", "int", 8, min=3, max=64, unit="tokens",
               help="each point is the median step time over this many tokens"),
-        Param("dtype", "Weights dtype", "choice", "fp32", choices=("fp32", "bf16", "fp16")),
+        Param("dtype", "Weights dtype", "choice", "auto", choices=DTYPE_CHOICES,
+              help="auto: the fastest dtype that passes the logits check, measured once "
+                   "on this machine for this shape"),
     )  # fmt: skip
     series = (
         Series("cached", "Paged KV cache, measured"),
@@ -161,7 +163,10 @@ class KVvsNoCache(Lab):
 
     def run(self, ctx: RunContext) -> Iterator[Point]:
         p = ctx.params
-        model = random_model(bundled_shape("target"), ctx.device, torch_dtype(p["dtype"]))
+        shape = bundled_shape("target")
+        dtype, ctx.summary["dtype"] = run_dtype(p["dtype"], ctx.device, shape,
+                                                dtype_file(ctx.calibration_path))  # fmt: skip
+        model = random_model(shape, ctx.device, dtype)
         final = p["prompt_tokens"] + p["new_tokens"] - 1  # context of the last decode step
         s_per_flop, per_ctx_ms, timed = calibrate_steps(
             model, ctx.device, calibration_lengths(final)

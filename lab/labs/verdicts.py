@@ -5,8 +5,9 @@ Each predicted `Series` declares its claim (base.Series.claim):
   (0 by default: equal up to float rounding).
 - bound: a lower bound on the measured value (upper when `bound_side` is "upper"); the
   measured may not beat it by more than `band` (noise). Beating a bound by more than 1.2×
-  is a bug in the model, not a lesson. A bound held with the median point more than LOOSE×
-  from it says so ("loose"): it bounds the measurement without predicting it.
+  is a bug in the model, not a lesson. A held bound is "tight" when its median point is within
+  TIGHT× of it, and "loose" beyond, with the reason and what would tighten it: a bound 10×
+  from its measurement bounds it without predicting it.
 - estimate: measured / predicted within ±band on the median point; the worst is reported.
 
 Under contention (more runnable threads than cores, or the run got little CPU) a missed
@@ -27,7 +28,10 @@ from lab.labs.base import Lab, Point, Series
 
 EXACT_TOLERANCE = 1e-9  # relative: float rounding, not a band
 BOUND_BUG = 1.2  # beating a bound by more than this is a bug in the model
-LOOSE = 3.0  # a held bound whose median point is further than this from it is called loose
+TIGHT = 2.0  # a held bound is tight when its median point is within this factor of it
+GENERIC_LOOSE = ("costs the bound leaves out dominate the step (per-step Python and kernel "
+                 "launches, cache-resident weights, a model too small to reach the regime); a "
+                 "larger model, or the rate the kernel really reaches, would tighten it")
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ class Verdict:
     worst_x: float
     status: str  # held | missed | inconclusive | no points
     text: str
+    tightness: str = ""  # held bounds: tight | loose
+
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,7 +104,7 @@ def _ratio(measured: float, predicted: float) -> float:
 
 
 def judge(series: Series, rows: list[tuple[float, float, float]], contended: str = "",
-          cause: str = "") -> Verdict:  # fmt: skip
+          cause: str = "", loose: str = "") -> Verdict:  # fmt: skip
     """The verdict on one predicted series from its (x, measured, predicted) rows."""
     claim, band = series.claim or "estimate", series.band
     if not rows:
@@ -121,14 +127,19 @@ def judge(series: Series, rows: list[tuple[float, float, float]], contended: str
         beat, wx = max(beats)
         worst = beat if upper else 1 / beat
         ok = beat <= 1 + band
+        tightness = ""
         if ok:
             closest = 1 / beat if beat > 0 else math.inf
             side = "below" if upper else "above"
             text = f"held: measured stayed {side} the bound (closest {closest:.2f}× at x={wx:g})"
             typical = (1 / median if upper else median) if median > 0 else math.inf
-            if typical > LOOSE:
+            if typical <= TIGHT:
+                tightness = "tight"
+                text += f"; tight: the median point is {typical:.2f}× the bound"
+            else:
+                tightness = "loose"
                 text += (f"; loose: the median point is {typical:.1f}× the bound, so it bounds "
-                         "the measurement without predicting it")  # fmt: skip
+                         f"the measurement without predicting it — {loose or GENERIC_LOOSE}")  # fmt: skip
         else:
             why = cause or (
                 "the model counts work the step skips, or its constants were measured "
@@ -152,7 +163,9 @@ def judge(series: Series, rows: list[tuple[float, float, float]], contended: str
     if not ok and contended:
         status = "inconclusive"
         text += f"; measured under contention ({contended}), so not a verdict on the model"
-    return Verdict(series.name, claim, band, len(rows), median, worst, wx, status, text)
+    tightness = tightness if claim == "bound" and ok else ""
+    return Verdict(series.name, claim, band, len(rows), median, worst, wx, status, text,
+                   tightness)  # fmt: skip
 
 
 def judge_run(lab: Lab, points: Iterable[Point],
@@ -160,5 +173,5 @@ def judge_run(lab: Lab, points: Iterable[Point],
     """A verdict for every predicted series of `lab` from a run's points."""
     contended = contention(conditions)
     by_name = lab.series_by_name()
-    return [judge(by_name[name], rows, contended, lab.miss_cause(name))
+    return [judge(by_name[name], rows, contended, lab.miss_cause(name), lab.loose_cause(name))
             for name, rows in pairs(lab, points).items()]  # fmt: skip

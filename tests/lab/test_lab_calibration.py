@@ -21,7 +21,7 @@ def constants(**over) -> DeviceConstants:
         device="CPU: test", dtype="float32", threads=1, torch_version=torch.__version__,
         buffer_bytes=1 << 25, bandwidth_bytes_s=30e9, bandwidth_median_bytes_s=28e9,
         flop_s=50e9, flop_median_s=45e9, gemm_size=512, dispatch_s=4e-6,
-        measured_at=1_000_000.0, load_avg=0.5,
+        measured_at=1_000_000.0, load_avg=0.5, matvec_bytes_s=15e9, matvec_median_bytes_s=14e9,
     )  # fmt: skip
     return replace(base, **over)
 
@@ -35,6 +35,7 @@ def constants(**over) -> DeviceConstants:
         ("flop_s", 1e7, "matmul FLOP/s"),
         ("flop_s", float("nan"), "matmul FLOP/s"),
         ("dispatch_s", 0.5, "per-kernel overhead"),
+        ("matvec_bytes_s", 0.0, "matrix-vector weight streaming rate"),  # an old cache entry
     ],
 )
 def test_out_of_bounds_constants_are_refused_with_the_reason(field, value, words):

@@ -24,7 +24,9 @@ from lab.labs.verdicts import contention, judge, pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TINY = {"max_prompt_tokens": 64, "max_batch": 4, "repeats": 3}
+# width 1, fp32: the bundled shape, small and fast (the default, width 4 and the measured
+# dtype, is the regime-true size: test_the_default_model_leaves_the_last_level_cache)
+TINY = {"max_prompt_tokens": 64, "max_batch": 4, "repeats": 3, "width": 1, "dtype": "fp32"}
 
 
 def test_defaults_clean():
@@ -72,7 +74,7 @@ def test_run_yields_declared_finite_points_on_the_roofline():
     for p in points:
         assert math.isfinite(p.x) and math.isfinite(p.y) and p.y > 0
     s = ctx.summary
-    flop_s, bandwidth = s["matmul_gflop_s"] * 1e9, s["read_bandwidth_gb_s"] * 1e9
+    flop_s, bandwidth = s["matmul_gflop_s"] * 1e9, s["weight_stream_gb_s"] * 1e9
     weight_bytes = s["weight_mb"] * 1e6
     assert weight_bytes == s["matmul_params"] * 4  # fp32
     model = random_model(bundled_shape("target"))
@@ -82,7 +84,7 @@ def test_run_yields_declared_finite_points_on_the_roofline():
                      else decode_flops(model, p.x, DECODE_PROMPT_TOKENS + 1))  # fmt: skip
             expected = max(weight_bytes / bandwidth, flops / flop_s)
             assert math.isclose(p.y, expected * 1000, rel_tol=1e-9)
-    assert "GB/s" in s["constants"] and "GFLOP/s" in s["constants"]
+    assert "matrix-vector" in s["constants"] and "GFLOP/s" in s["constants"]
     measured = {(p.series, p.x): p for p in points if "roofline" not in p.series}
     assert set(measured) == {("prefill", 16), ("prefill", 32), ("prefill", 64),
                              ("decode", 1), ("decode", 2), ("decode", 4)}  # fmt: skip
@@ -137,3 +139,18 @@ def test_a_small_run_respects_its_bounds_within_twice_the_noise_band():
         assert verdict.status in (("held", "inconclusive") if contended else ("held",)), (
             verdict.text
         )
+
+
+def test_the_default_model_leaves_the_last_level_cache():
+    from lab.engine.dtypes import last_level_cache_bytes
+    from lab.labs.two_phase import LLC_MULTIPLE, matmul_params, regime_shape
+
+    defaults = LAB.clean({})
+    assert (defaults["width"], defaults["dtype"]) == (4, "auto")
+    llc = last_level_cache_bytes()
+    for dtype_bytes in (4, 2):
+        shape = regime_shape(defaults["width"], dtype_bytes, llc)
+        weights = matmul_params(random_model(shape)) * dtype_bytes
+        assert weights >= LLC_MULTIPLE * llc
+    # a narrow model is not stretched to hundreds of layers: it stays the small demo
+    assert regime_shape(1, 4, llc)["num_hidden_layers"] == bundled_shape()["num_hidden_layers"]

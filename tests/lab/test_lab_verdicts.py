@@ -81,8 +81,20 @@ def test_pairs_use_extra_predicted_or_the_predicted_series_at_that_x():
     assert judge(ESTIMATE, []).status == "no points"
 
 
-def test_a_bound_held_far_from_its_points_says_it_is_loose():
+def test_a_bound_held_far_from_its_points_says_it_is_loose_and_why():
     far = judge(BOUND, [(16, 10.0, 1.1), (64, 12.0, 2.0), (512, 30.0, 20.0)])  # median 6×
-    assert far.status == "held" and "loose: the median point is 6.0× the bound" in far.text
+    assert far.status == "held" and far.tightness == "loose"
+    assert "loose: the median point is 6.0× the bound" in far.text
+    assert "would tighten it" in far.text  # the generic reason, with the way out
+    told = judge(BOUND, [(16, 10.0, 1.1)], loose="the weights sit in the cache")
+    assert told.text.endswith("— the weights sit in the cache")
     near = judge(BOUND, [(16, 1.3, 1.1), (512, 30.0, 20.0)])
-    assert near.status == "held" and "loose" not in near.text
+    assert near.status == "held" and near.tightness == "tight" and "loose" not in near.text
+    assert "tight: the median point is" in near.text
+
+
+def test_tight_means_within_two_times_of_the_median_point():
+    assert judge(BOUND, [(1, 1.99, 1.0)]).tightness == "tight"
+    assert judge(BOUND, [(1, 2.01, 1.0)]).tightness == "loose"
+    assert judge(BOUND, [(1, 0.5, 1.0)]).tightness == ""  # missed: no tightness
+    assert judge(ESTIMATE, [(1, 1.0, 1.0)]).tightness == ""

@@ -45,6 +45,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-key", default=os.environ.get("ENGINE_API_KEY"))
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--device", default="cpu")
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "fp32", "bf16", "fp16"],
+        default=os.environ.get("ENGINE_DTYPE", "auto"),
+        help="auto (default): the fastest dtype that passes the logits check, measured once "
+        "per machine and model shape and kept in var/engine_dtype.json",
+    )
     args = p.parse_args(argv)
     for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "port"):
         if getattr(args, name) < (0 if name == "port" else 1):
@@ -77,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         served_model_name=args.served_model_name,
         api_key=args.api_key,
         device=args.device,
+        dtype=args.dtype,
     )
-    print(f"Serving {served.model_name} on http://{args.host}:{args.port}/v1", flush=True)
+    print(f"Serving {served.model_name} on http://{args.host}:{args.port}/v1 in "
+          f"{served.dtype.describe()}", flush=True)  # fmt: skip
     uvicorn.run(
         build_app(served),
         host=args.host,

@@ -106,6 +106,12 @@ async def metrics(request: Request) -> Response:
         kind = "counter" if name in worker.counters else "gauge"
         metric = f"mini_engine_{name}" + ("_total" if kind == "counter" else "")
         lines += [f"# TYPE {metric} {kind}", f"{metric} {value:g}"]
+    choice = request.app.state.served.dtype
+    if choice is not None:  # which dtype runs, and why (lab.engine.dtypes)
+        why = choice.describe().replace("\\", "\\\\").replace('"', '\\"')
+        lines += ["# TYPE mini_engine_dtype_info gauge",
+                  f'mini_engine_dtype_info{{dtype="{choice.dtype}",why="{choice.why}",'
+                  f'detail="{why}"}} 1']  # fmt: skip
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 

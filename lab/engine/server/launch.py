@@ -20,8 +20,10 @@ def read_metrics(url: str) -> dict[str, float]:
     import httpx
 
     text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
-    pairs = (line.split() for line in text.splitlines() if not line.startswith("#"))
-    return {name.removeprefix("mini_engine_"): float(value) for name, value in pairs}
+    pairs = (line.rsplit(None, 1) for line in text.splitlines() if line and line[0] != "#")
+    # an info metric carries labels ('mini_engine_dtype_info{dtype="fp32",...} 1'): its name
+    return {name.partition("{")[0].removeprefix("mini_engine_"): float(value)
+            for name, value in pairs}  # fmt: skip
 
 
 def wait_idle(url: str, check: Callable[[], None] = lambda: None, timeout: float = 120):

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.engine.dtypes import Choice
 from lab.engine.server.worker import EngineWorker
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
@@ -20,6 +22,12 @@ class Served:
     model_name: str
     api_key: str | None = None
     created: int = field(default_factory=lambda: int(time.time()))
+    dtype: Choice | None = None  # which dtype the engine runs in, and why
+
+
+def dtype_cache() -> Path:
+    """Where the measured dtype choice is kept: VAR_DIR (the project's, when set) or ./var."""
+    return Path(os.environ.get("VAR_DIR") or "var") / "engine_dtype.json"
 
 
 def make_served(
@@ -35,8 +43,12 @@ def make_served(
     served_model_name: str | None = None,
     api_key: str | None = None,
     device: str = "cpu",
+    dtype: str = "auto",
 ) -> Served:
-    """Load the HF-format model in `model_dir` into an engine and start its thread."""
+    """Load the HF-format model in `model_dir` into an engine and start its thread, in
+    `dtype` ("auto": the fastest correct dtype for this model's shape on this machine,
+    measured once, lab.engine.dtypes)."""
+    from lab.engine import dtypes
     from lab.engine.config import EngineConfig, ModelConfig
     from lab.engine.engine import LLMEngine
 
@@ -49,9 +61,10 @@ def make_served(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
     )
-    engine = LLMEngine.from_pretrained(model_dir, config, device=device)
+    choice = dtypes.choose(device, dtype, shape=shape.to_hf(), path=dtype_cache())
+    engine = LLMEngine.from_pretrained(model_dir, config, dtype=choice.torch_dtype, device=device)
     if engine.tokenizer is None:
         raise SystemExit(f"No tokenizer.json in or beside {model_dir}.")
     worker = EngineWorker(engine, max_queue=max_queue, abort_on_disconnect=abort_on_disconnect)
     worker.start()
-    return Served(worker, served_model_name or model_dir.name, api_key)
+    return Served(worker, served_model_name or model_dir.name, api_key, dtype=choice)

@@ -135,3 +135,12 @@ def test_a_1mb_prompt_is_refused_by_its_length_before_tokenising(server, chat):
     response = httpx.post(f"{url}/v1/completions", json=near, timeout=120)
     assert response.status_code == 400 and "tokens" in response.json()["error"]["message"]
     assert watched.encoded[-1] == len(near["prompt"])
+
+
+def test_metrics_say_which_dtype_runs_and_why(server):
+    url, served, _ = server
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    line = next(ln for ln in text.splitlines() if ln.startswith("mini_engine_dtype_info{"))
+    assert f'dtype="{served.dtype.dtype}"' in line and line.endswith("} 1")
+    assert served.dtype.why in ("measured", "cached", "explicit")
+    assert "fastest correct dtype" in line or "set explicitly" in line
