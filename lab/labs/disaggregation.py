@@ -147,6 +147,16 @@ class Disaggregation(Lab):
             "(a disturbed probe)",
         }.get(series, "")
 
+    def loose_cause(self, series: str) -> str:
+        return {
+            "transfer-bound": "the bound is the socket's best case, probe frames sent back "
+            "to back by a spinning sender with both processes otherwise idle; in the trace "
+            "the prefill process sends between its own steps and the receiving thread shares "
+            "the decode process (and its GIL) with the engine loop, so a transfer mostly waits "
+            "on scheduling, not on bytes. A receiver in its own process, or a model of that "
+            "wait, would tighten it",
+        }.get(series, "")
+
     def predict(self, params: dict) -> list[Point]:
         return [Point("kv-bytes-predicted", r.arrival_s, kv_bytes(len(r.prompt)) / 1024)
                 for r in trace(params)]  # fmt: skip

@@ -5,20 +5,25 @@ The draft proposes k tokens, the target checks them in one pass and keeps the lo
 matching prefix plus one token of its own, so the output equals the target's own greedy
 output (checked here on every prompt). The prediction needs two measured numbers, both
 taken first: alpha, the chance the target accepts a draft token (measured at k = 1, where
-every proposal is a first one), and c, what a draft step costs in target steps (both models
-decoding alone on the same prompts). Then tokens per step = (1 - alpha^(k+1)) / (1 - alpha)
-and speedup = that / (k c + 1).
+every proposal is a first one), c, what a draft step costs in target steps (both models
+decoding alone on the same prompts), and v_k, what the target's verify pass over k + 1
+tokens costs in target steps (timed alone on a cached context: 1 if the pass is memory-bound,
+more on a CPU whose ridge is a few tokens). Then tokens per step = (1 - alpha^(k+1)) /
+(1 - alpha) and speedup = that / (k c + v_k).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import torch
+
 from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
-from lab.engine.speculative import SpeculativeDecoder
+from lab.engine.speculative import SpeculativeDecoder, forward_rows
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.common import bundled_model, bundled_shape, heldout_windows
 from lab.labs.formulas import spec_speedup, spec_tokens_per_step
@@ -136,6 +141,8 @@ class SpeculativeDecoding(Lab):
         decode(draft, draft, 0, single[:1], min(new, 8))
         ctx.check_cancel()
         cost_ratio, ratios = step_cost_ratio(target, draft, single, new)
+        verify = verify_costs(target, draft, prompts[0], list(ks))
+        ctx.summary["verify_cost"] = {k: round(v, 3) for k, v in verify.items()}
         ctx.summary.update({
             "cost_ratio": cost_ratio, "cost_ratio_spread": f"{min(ratios):.3f} … "
             f"{max(ratios):.3f} over {len(ratios)} timed pairs",
@@ -155,7 +162,8 @@ class SpeculativeDecoding(Lab):
                 ctx.summary["alpha"] = alpha1
                 for j in ks:
                     yield Point("tokens-per-step-predicted", j, spec_tokens_per_step(alpha1, j))
-                    yield Point("speedup-predicted", j, spec_speedup(alpha1, j, cost_ratio))
+                    yield Point("speedup-predicted", j,
+                                spec_speedup(alpha1, j, cost_ratio, verify[j]))  # fmt: skip
             yield Point("tokens-per-step", k, m.tokens_per_step, {
                 "predicted": spec_tokens_per_step(alpha1, k), "alpha": m.alpha,
                 "formula_with_this_alpha": spec_tokens_per_step(m.alpha, k),
@@ -163,7 +171,8 @@ class SpeculativeDecoding(Lab):
                 "identical_to_target": m.tokens == base_k.tokens,
             })  # fmt: skip
             yield Point("speedup", k, speedup, {
-                "predicted": spec_speedup(alpha1, k, cost_ratio), "cost_ratio": cost_ratio,
+                "predicted": spec_speedup(alpha1, k, cost_ratio, verify[k]),
+                "cost_ratio": cost_ratio, "verify_cost": verify[k],
                 **spread,
                 "tokens_per_s": m.emitted / m.wall_s,
                 "target_only_tokens_per_s": base_k.emitted / base_k.wall_s,
@@ -220,6 +229,36 @@ def step_cost_ratio(
         for g in picks
     ]
     return statistics.median(ratios), ratios
+
+
+def verify_costs(
+    target: LlamaModel, draft: LlamaModel, prompt: list[int], ks: list[int], repeats: int = 7
+) -> dict[int, float]:
+    """v_k: the target's pass over k + 1 new tokens (logits for all of them, as a verify)
+    over its pass over 1 token, on the same cached prompt, timed alone in turns (each the
+    median of `repeats`). 1.0 would mean the pass is memory-bound and extra tokens ride free."""
+    top = max(ks) + 1
+    decoder = SpeculativeDecoder(target, draft, k=max(ks), max_model_len=len(prompt) + top + 1,
+                                 max_batch=1)  # fmt: skip
+    kv, cached = decoder.target_pool.kv, len(prompt)
+    sizes = [1, *(k + 1 for k in ks)]
+    tokens = prompt[:top]
+
+    def run(n: int) -> float:
+        start = time.perf_counter()
+        forward_rows(target, kv, [0], [cached], [tokens[:n]], [n])
+        return time.perf_counter() - start
+
+    with torch.inference_mode():
+        forward_rows(target, kv, [0], [0], [prompt], [1])  # the cached context
+        for n in sizes:  # warm-up per shape
+            run(n)
+        times: dict[int, list[float]] = {n: [] for n in sizes}
+        for _ in range(repeats):
+            for n in sizes:
+                times[n].append(run(n))
+    one = statistics.median(times[1])
+    return {k: statistics.median(times[k + 1]) / one for k in ks}
 
 
 def _best(summary: dict, batch: int, speedups: dict[int, float]) -> None:

@@ -29,6 +29,7 @@ LAB_ONLY = {
     "STEP_LOWER_BOUND",
     "PREFIX_HIT_TOKENS",
     "QUANT_WEIGHT_BYTES",
+    "SPEC_CYCLE_COST_MEASURED",
 }
 
 
@@ -49,6 +50,9 @@ def test_values():
     assert formulas.spec_tokens_per_step(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
     assert formulas.spec_tokens_per_step(1.0, 4) == 5
     assert formulas.spec_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8**5) / 0.2 / 1.2)
+    # the measured verify pass: the bank's cycle with its "+ 1" replaced by the pass's cost
+    assert formulas.SPEC_CYCLE_COST_MEASURED.replace("verify_cost", "1") == formulas.SPEC_CYCLE_COST
+    assert formulas.spec_speedup(0.8, 4, 0.05, 1.6) == pytest.approx((1 - 0.8**5) / 0.2 / 1.8)
     assert formulas.prefix_hit_tokens(100, 300, 16) == 96
     assert formulas.prefix_hit_tokens(100, 100, 16) == 96  # the last token is recomputed
     assert formulas.prefix_hit_tokens(96, 97, 16) == 96
