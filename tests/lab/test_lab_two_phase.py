@@ -154,3 +154,11 @@ def test_the_default_model_leaves_the_last_level_cache():
         assert weights >= LLC_MULTIPLE * llc
     # a narrow model is not stretched to hundreds of layers: it stays the small demo
     assert regime_shape(1, 4, llc)["num_hidden_layers"] == bundled_shape()["num_hidden_layers"]
+
+
+def test_an_auto_dtype_run_says_which_dtype_ran_and_why():
+    ctx, points = run_tiny(dtype="auto")
+    why = ctx.summary["dtype"]
+    assert why.split(":")[0] in ("fp32", "bf16", "fp16")
+    assert "fastest correct dtype" in why and "ms per 128+128-token request" in why
+    assert "random weights" in ctx.summary["model"]

@@ -57,7 +57,9 @@ def test_bench_web_runs_learners_and_a_live_lab_without_errors(site, capsys):
     for kind in ("log in (PBKDF2 check)", "home", "topic page", "question page", "mock start"):
         assert pages[kind], f"no {kind!r} request was made"
     # The lab user started a run through the form and drew its points live.
-    assert len(result.lab.runs) == 1 and result.lab.runs[0].status in ("done", "cancelled")
+    # (again and again until the window closes: a quiet machine finishes a small run in
+    # ~4 s and starts a second one, so count at least one, each ended)
+    assert result.lab.runs and all(r.status in ("done", "cancelled") for r in result.lab.runs)
     assert LabRun.objects.filter(pk__in=[r.run_id for r in result.lab.runs]).count() == len(
         result.lab.runs
     )
@@ -73,10 +75,10 @@ def test_bench_web_runs_learners_and_a_live_lab_without_errors(site, capsys):
     views = web.practice_views(result.rec)
     assert views and len(views) == sum(len(result.rec.latency[k]) for k in web.PRACTICE_PAGE_VIEWS)
     assert f"Practice page views ({', '.join(web.PRACTICE_PAGE_VIEWS)}): {len(views)}, " in out
-    (run,) = result.lab.runs
-    stored = LabRun.objects.get(pk=run.run_id).conditions
-    assert run.nice == stored["nice"] and "CPU share" in run.conditions
-    assert f"| {run.worker} | {run.nice} | {run.cpu_share:.0f} |" in out
+    for run in result.lab.runs:
+        stored = LabRun.objects.get(pk=run.run_id).conditions
+        assert run.nice == stored["nice"] and "CPU share" in run.conditions
+        assert f"| {run.worker} | {run.nice} | {run.cpu_share:.0f} |" in out
 
 
 def web_args(**kw):
