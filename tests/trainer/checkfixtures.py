@@ -172,3 +172,12 @@ def graded_attempt(user, question: Question, result: dict | None = None) -> Atte
         result=result,
         score=result.get("score", 0.0),
     )
+
+
+def assert_not_called_wrong(result) -> None:
+    """A graded answer with no contradicted point, no red-flag point hit and no red flag:
+    what a correct sentence must get (issue 29's fair sentences, issue 30's audit)."""
+    wrong = [(p.index, p.reason) for p in result.points if p.verdict == "contradicted"]
+    assert wrong == []
+    assert not any(p.penalty and p.verdict == "hit" for p in result.points)
+    assert "red flag" not in result.flags

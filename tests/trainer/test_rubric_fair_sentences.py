@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.trainer import checkfixtures as fx
 from trainer.grading.rubric import grade
 
 CASES = [
@@ -95,11 +96,7 @@ CASES = [
 @pytest.mark.parametrize("slug,sentence", CASES)
 def test_a_correct_sentence_is_not_called_wrong_and_raises_no_flag(bank, slug, sentence):
     points, prompts = bank
-    result = grade(sentence, points[slug], prompts[slug])
-    wrong = [(p.index, p.reason) for p in result.points if p.verdict == "contradicted"]
-    assert wrong == []
-    assert not any(p.penalty and p.verdict == "hit" for p in result.points)
-    assert "red flag" not in result.flags
+    fx.assert_not_called_wrong(grade(sentence, points[slug], prompts[slug]))
 
 
 def test_the_realistic_kv_room_is_accepted_and_says_under_which_assumption(bank):
