@@ -62,7 +62,11 @@ def check_conditions(c: dict, nice: int) -> None:
     assert c["cpus"] == cpus
     assert c["wall_s"] > 0 and c["cpu_s"] >= 0
     assert 0 < c["cpu_share_pct"] <= cpus * 100 + 0.1, c
-    assert c["cpu_share_pct"] == pytest.approx(100 * c["cpu_s"] / c["wall_s"], abs=0.2)
+    # cpu_s and wall_s are stored to the ms, the share from the unrounded times: allow the
+    # rounding (a 0.26 s run read 99.3 % against 99.6 % from the stored times)
+    rounding = 100 * 0.0005 * (1 + c["cpu_s"] / c["wall_s"]) / c["wall_s"]
+    assert c["cpu_share_pct"] == pytest.approx(100 * c["cpu_s"] / c["wall_s"],
+                                               abs=0.05 + rounding)  # fmt: skip
     assert isinstance(c["torch_threads"], int) and c["torch_threads"] >= 1
     assert c["nice"] == nice, c
 
