@@ -108,9 +108,12 @@ class TwoPhase(Lab):
         "this CPU's matmul kernel streams weights from memory): a step costs at least the "
         "time to stream the weights once, and at least its FLOPs (2 per weight per token, the LM "
         "head once per sampled row, attention per pair) at the matmul rate. Warm-up steps "
-        "are discarded; each point is the median of the repeats. Look for the flat "
-        "memory-bound floor at small token counts, the compute-bound slope beyond the ridge, "
-        "and how far above the roofline a small model's per-step overhead keeps decode."
+        "are discarded; each point is the median of the repeats. The default model has "
+        "random weights and enough layers to be four times this CPU's last-level cache, so "
+        "decode streams it from memory as a real model's does. Look for the flat "
+        "memory-bound floor at small token counts, the compute-bound slope beyond the ridge "
+        "(a CPU's ridge is a few tokens), and, at width 1, how far above the roofline a "
+        "cache-resident model's per-step overhead keeps decode."
     )
     topics = ("prefill-decode", "inference-basics", "latency-levers")
     params = (
