@@ -103,7 +103,8 @@ def check_lab(slug: str) -> list[dict[str, Any]]:
             "median": _num(v.median_ratio), "worst": _num(v.worst_ratio), "status": status,
             "tightness": v.tightness, "tight_expected": expected, "verdict": text,
             "points": v.points, "wall_s": round(wall_s, 1), "threads": torch.get_num_threads(),
-            "contended": contended,
+            "contended": contended, "load_start": record.get("load_start"),
+            "load_end": record.get("load_end"), "cpu_share_pct": record.get("cpu_share_pct"),
         })  # fmt: skip
     return rows
 

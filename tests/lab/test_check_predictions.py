@@ -20,6 +20,8 @@ def test_a_small_exact_lab_is_judged_row_by_row(capsys):
         assert r["lab"] == "kv-cache-growth" and r["claim"] == "exact"
         assert r["status"] == "held" and r["verdict"] == "matched exactly"
         assert r["threads"] == 1 and r["points"] > 0
+        # the run's conditions, as a lab run records them (item 4 of issue 31)
+        assert len(r["load_start"]) == 3 and r["cpu_share_pct"] > 0 and "contended" in r
 
 
 def test_the_table_says_what_each_claim_allows():
