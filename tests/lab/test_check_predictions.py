@@ -61,11 +61,17 @@ def test_a_bound_marked_tight_that_comes_out_loose_fails(monkeypatch):
             yield Point("prefill", x * 16, 1.5, {"predicted": 1.0})
 
     monkeypatch.setattr(two_phase.TwoPhase, "run", loose_run)
+    monkeypatch.setattr("lab.labs.verdicts.contention", lambda record: "")  # a quiet machine
     rows = {r["series"]: r for r in check_predictions.check_lab("two-phase")}
     decode, prefill = rows["decode-roofline"], rows["prefill-roofline"]
     assert decode["tight_expected"] and decode["tightness"] == "loose"
     assert decode["status"] == "missed" and "marked tight (docs/LABS.md)" in decode["verdict"]
     assert (prefill["tightness"], prefill["status"]) == ("tight", "held")
+    # under contention slowed steps read loose: inconclusive, with the reason, not a pass
+    busy = "load average 4.00 on 2 cores"
+    monkeypatch.setattr("lab.labs.verdicts.contention", lambda record: busy)
+    decode = {r["series"]: r for r in check_predictions.check_lab("two-phase")}["decode-roofline"]
+    assert decode["status"] == "inconclusive" and busy in decode["verdict"]
 
 
 def test_a_failed_check_under_contention_is_run_again_and_both_runs_are_reported():
