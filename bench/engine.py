@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from lab.engine.config import EngineConfig
+from lab.engine.dtypes import DTYPES
 from lab.engine.engine import LLMEngine
 from lab.engine.model import LlamaModel, weight_bytes
 from lab.engine.sampler import SamplingParams
@@ -56,7 +57,6 @@ _LLAMA = {"model_type": "llama", "rms_norm_eps": 1e-6, "bos_token_id": 0, "eos_t
 ROOFLINE_SHAPE = {**_LLAMA, "vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048,
                   "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,
                   "max_position_embeddings": 2048}  # fmt: skip  # ~125M params, untied
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 PAD_ID = 2  # <|pad|> of the bundled tokenizer; any id works for random weights
 
@@ -142,8 +142,8 @@ def default_dtype(device: str) -> tuple[str, str]:
     from lab.engine import dtypes
     from lab.labs.common import bundled_shape
 
-    var = Path(os.environ.get("VAR_DIR") or Path(__file__).resolve().parents[1] / "var")
-    choice = dtypes.choose(device, shape=bundled_shape("target"), path=var / "engine_dtype.json")
+    var = os.environ.get("VAR_DIR") or Path(__file__).resolve().parents[1] / "var"
+    choice = dtypes.choose(device, shape=bundled_shape("target"), path=dtypes.cache_path(var))
     return choice.dtype, choice.describe()
 
 
@@ -536,8 +536,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", default="".join(SECTIONS), help="e.g. abd")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtype", choices=sorted(DTYPES),
-                        help="default: the measured fastest correct dtype (var/engine_dtype.json)")
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        help="default: the measured fastest correct dtype (var/engine_dtype.json)",
+    )
     parser.add_argument("--compile", action="store_true", help="(a): also torch.compile")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -123,7 +123,7 @@ def check_with_rerun(slug: str, check=None) -> list[dict[str, Any]]:
     statuses decide, and the first run's stay in the report."""
     check = check or check_lab
     rows = check(slug)
-    failed = any(r["status"] in FAILING or r["status"] == "inconclusive" for r in rows)
+    failed = any(r["status"] in (*FAILING, "inconclusive") for r in rows)
     if not (failed and any(r.get("contended") for r in rows)):
         return rows
     again = check(slug)

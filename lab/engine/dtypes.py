@@ -25,7 +25,6 @@ An explicit dtype always wins; on CUDA the rule is the usual one (bf16 where sup
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -37,6 +36,9 @@ from pathlib import Path
 
 import torch
 
+from lab.engine import jsonfile
+
+CACHE_NAME = "engine_dtype.json"
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
     "bf16": torch.bfloat16,
@@ -107,10 +109,13 @@ def machine_key(threads: int | None = None) -> str:
             f"torch {torch.__version__}")  # fmt: skip
 
 
-def last_level_cache_bytes() -> int:
+CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def last_level_cache_bytes(root: Path = CACHES) -> int:
     """The largest CPU cache, from /sys (index3 is the L3 on x86); 32 MiB if unknown."""
     best = 0
-    for size in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+    for size in root.glob("index*/size"):
         text = size.read_text().strip().upper()
         try:
             value = int(text.rstrip("KMG"))
@@ -120,32 +125,33 @@ def last_level_cache_bytes() -> int:
     return best or 32 << 20
 
 
+def layer_weight_bytes(shape: dict, dtype_bytes: int) -> int:
+    """Bytes of one decoder layer's matmul weights (q, k, v, o, gate, up, down)."""
+    h, i = shape["hidden_size"], shape["intermediate_size"]
+    head_dim = shape.get("head_dim") or h // shape["num_attention_heads"]
+    q, kv = shape["num_attention_heads"] * head_dim, shape["num_key_value_heads"] * head_dim
+    return (2 * h * q + 2 * h * kv + 3 * h * i) * dtype_bytes
+
+
 def probe_shape(llc_bytes: int | None = None) -> dict:
     """A Llama-shaped config whose fp32 matmul weights are about 4x the last-level cache."""
     llc = llc_bytes or last_level_cache_bytes()
-    hidden, inter, vocab = 1024, 2816, 3072
-    per_layer = 4 * (2 * hidden * hidden + 2 * hidden * 256 + 3 * hidden * inter)  # fp32 bytes
-    layers = max(2, math.ceil(4 * llc / per_layer))
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
-        "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
+    shape = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 3072,
+        "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 2,
         "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 32,
         "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
         "rope_scaling": None, "tie_word_embeddings": False, "max_position_embeddings": 512,
         "bos_token_id": 0, "eos_token_id": 1,
     }  # fmt: skip
+    shape["num_hidden_layers"] = max(2, math.ceil(4 * llc / layer_weight_bytes(shape, 4)))
+    return shape
 
 
 def _probe(shape: dict, dtype: torch.dtype, seed: int = 0):
-    from lab.engine.config import ModelConfig
-    from lab.engine.model import LlamaModel
+    from lab.engine.model import random_model
 
-    torch.manual_seed(seed)
-    model = LlamaModel(ModelConfig.from_hf(shape))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.02) if p.dim() > 1 else p.fill_(1.0)
-    return model.requires_grad_(False).eval().to(dtype=dtype)
+    return random_model(shape, "cpu", dtype, seed)
 
 
 def logits_check(name: str, shape: dict | None = None) -> str:
@@ -162,7 +168,10 @@ def logits_check(name: str, shape: dict | None = None) -> str:
         with torch.no_grad():
             return model.logits(model(ids, torch.arange(n), DenseAttention([n]))).float()
 
-    ref = logits(_probe(shape, torch.float32))
+    key = shape_key(shape)
+    if key not in _REFERENCE:  # the fp32 reference, once per shape
+        _REFERENCE[key] = logits(_probe(shape, torch.float32))
+    ref = _REFERENCE[key]
     try:
         got = logits(_probe(shape, DTYPES[name]))
     except (RuntimeError, NotImplementedError) as exc:  # a kernel missing for this dtype
@@ -221,20 +230,10 @@ def step_ms(name: str, shape: dict | None = None, repeats: int = 6) -> float:
     return total
 
 
-def _read(path: Path | None) -> dict:
-    if path is None:
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _write(path: Path, entries: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+def cache_path(var_dir: Path | str | None = None) -> Path:
+    """Where the measured choice is kept: `var_dir`, else VAR_DIR (the project's, when set),
+    else ./var."""
+    return Path(var_dir or os.environ.get("VAR_DIR") or "var") / CACHE_NAME
 
 
 def choose(
@@ -262,7 +261,7 @@ def choose(
         return Choice(name, "cuda", torch.cuda.get_device_name(device))
     shape = shape or probe_shape()
     key, now = f"{machine_key()} | {shape_key(shape)}", now or time.time()
-    cached = (_read(path) if path is not None else _MEMO).get(key)
+    cached = (jsonfile.read(path) if path is not None else _MEMO).get(key)
     if cached:
         try:
             choice = Choice(**cached)
@@ -286,8 +285,9 @@ def choose(
     choice = Choice(best, "measured", key, times, failed, now)
     _MEMO[key] = asdict(choice)
     if path is not None:
-        _write(path, {**_read(path), key: asdict(choice)})
+        jsonfile.write(path, {**jsonfile.read(path), key: asdict(choice)})
     return choice
 
 
-_MEMO: dict[str, dict] = {}
+_MEMO: dict[str, dict] = {}  # this process's choices, by machine and shape
+_REFERENCE: dict[str, torch.Tensor] = {}  # the logits check's fp32 logits, by shape

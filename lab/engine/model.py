@@ -324,6 +324,22 @@ def _preview(keys: list[str], limit: int = 8) -> str:
     return f"{keys[:limit]}{more}"
 
 
+def random_model(
+    shape: dict,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> LlamaModel:
+    """Our model of an HF config dict's shape with HF-style random init (normal(0, 0.02)
+    matrices, unit norms): it times like a trained one, since timing depends on shapes."""
+    torch.manual_seed(seed)
+    model = LlamaModel(ModelConfig.from_hf(shape))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.02) if p.dim() > 1 else p.fill_(1.0)
+    return model.requires_grad_(False).eval().to(device=device, dtype=dtype)
+
+
 def save_model(model: LlamaModel, path: str | Path) -> None:
     """Write config.json + model.safetensors in HF format (transformers can load them)."""
     path = Path(path)

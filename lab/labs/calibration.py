@@ -17,7 +17,6 @@ when missing or older than MAX_AGE_S. No Django here: labs run the same in a tes
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from lab.engine import jsonfile
 from lab.labs.common import device_name, timed
 
 MAX_AGE_S = 24 * 3600
@@ -248,20 +248,6 @@ def _max_age(constants: DeviceConstants, max_age_s: float) -> float:
     return min(max_age_s, CONTENDED_MAX_AGE_S) if contended else max_age_s
 
 
-def _read(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):  # missing or half-written: measure again
-        return {}
-
-
-def _write(path: Path, entries: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new file
-
-
 def constants_for(device: str, dtype: torch.dtype, read_bytes: int, *,
                   path: Path | None = None, max_age_s: float = MAX_AGE_S,
                   now: float | None = None) -> DeviceConstants:  # fmt: skip
@@ -269,7 +255,7 @@ def constants_for(device: str, dtype: torch.dtype, read_bytes: int, *,
     `max_age_s`; a cached entry is checked again (a file may be edited or corrupt)."""
     key, now = cache_key(device, dtype, read_bytes), now or time.time()
     kind = torch.device(device).type
-    entries = _read(path) if path else {k: asdict(v) for k, v in _MEMO.items()}
+    entries = jsonfile.read(path) if path else {k: asdict(v) for k, v in _MEMO.items()}
     if key in entries:
         try:
             cached = DeviceConstants(**entries[key])
@@ -283,5 +269,5 @@ def constants_for(device: str, dtype: torch.dtype, read_bytes: int, *,
     fresh = measure(device, dtype, read_bytes)
     _MEMO[key] = fresh
     if path:
-        _write(path, {**_read(path), key: asdict(fresh)})
+        jsonfile.write(path, {**jsonfile.read(path), key: asdict(fresh)})
     return fresh

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,10 +15,11 @@ import torch.nn.functional as F
 
 from lab.engine.attention import DenseAttention
 from lab.engine.config import ModelConfig
+from lab.engine.dtypes import CACHE_NAME, DTYPES, cpu_name
 from lab.engine.model import LlamaModel, load_model
+from lab.engine.model import random_model as engine_random_model
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "engine" / "weights"
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")  # "auto": the measured choice (issue 31)
@@ -41,7 +41,7 @@ def run_dtype(name: str, device: str, shape: dict, var_file: Path | None = None)
 
 def dtype_file(calibration_path: Path | None) -> Path | None:
     """The engine-dtype cache beside the device-constants cache (both under VAR_DIR)."""
-    return calibration_path.with_name("engine_dtype.json") if calibration_path else None
+    return calibration_path.with_name(CACHE_NAME) if calibration_path else None
 
 
 @functools.lru_cache(maxsize=8)
@@ -73,12 +73,7 @@ def random_model(
     shape: dict, device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0
 ) -> LlamaModel:
     """Our model with HF-style random init (normal(0, 0.02) matrices, unit norms)."""
-    torch.manual_seed(seed)
-    model = LlamaModel(ModelConfig.from_hf(shape))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.02) if p.dim() > 1 else p.fill_(1.0)
-    return model.requires_grad_(False).eval().to(device=device, dtype=dtype)
+    return engine_random_model(shape, device, dtype, seed)
 
 
 def sync(device: str | torch.device) -> None:
@@ -99,12 +94,7 @@ def device_name(device: str) -> str:
     """CUDA device name, or the CPU model from /proc/cpuinfo (what the run was measured on)."""
     if torch.device(device).type == "cuda":
         return torch.cuda.get_device_name()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next(ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or platform.machine()
-    return f"CPU: {cpu} ({torch.get_num_threads()} torch threads)"
+    return f"CPU: {cpu_name()} ({torch.get_num_threads()} torch threads)"
 
 
 @functools.lru_cache(maxsize=1)

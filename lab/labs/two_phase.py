@@ -20,12 +20,12 @@ import torch
 from torch import nn
 
 from lab.engine.config import EngineConfig
+from lab.engine.dtypes import last_level_cache_bytes, layer_weight_bytes
 from lab.engine.engine import LLMEngine
 from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.calibration import constants_for
-from lab.engine.dtypes import last_level_cache_bytes
 from lab.labs.common import DTYPE_CHOICES, bundled_shape, dtype_file, random_model, run_dtype
 from lab.labs.formulas import decode_step_flops, step_lower_bound_ms
 
@@ -53,10 +53,8 @@ def regime_shape(width: int, dtype_bytes: int, llc_bytes: int) -> dict:
     last-level cache: a decode step then streams them from DRAM, the regime the lab
     teaches, instead of re-reading a cache-resident toy (whose steps are overhead)."""
     shape = widened_shape(width)
-    h, i = shape["hidden_size"], shape["intermediate_size"]
-    kv = shape["num_key_value_heads"] * shape["head_dim"]
-    per_layer = (2 * h * h + 2 * h * kv + 3 * h * i) * dtype_bytes
-    head = h * shape["vocab_size"] * dtype_bytes
+    per_layer = layer_weight_bytes(shape, dtype_bytes)
+    head = shape["hidden_size"] * shape["vocab_size"] * dtype_bytes
     need = max(0, LLC_MULTIPLE * llc_bytes - head)
     layers = max(shape["num_hidden_layers"], math.ceil(need / per_layer))
     if layers <= 3 * shape["num_hidden_layers"]:  # a narrow model stays a small demo

@@ -29,9 +29,11 @@ from lab.labs.base import Lab, Point, Series
 EXACT_TOLERANCE = 1e-9  # relative: float rounding, not a band
 BOUND_BUG = 1.2  # beating a bound by more than this is a bug in the model
 TIGHT = 2.0  # a held bound is tight when its median point is within this factor of it
-GENERIC_LOOSE = ("costs the bound leaves out dominate the step (per-step Python and kernel "
-                 "launches, cache-resident weights, a model too small to reach the regime); a "
-                 "larger model, or the rate the kernel really reaches, would tighten it")
+GENERIC_LOOSE = (
+    "costs the bound leaves out dominate the step (per-step Python and kernel "
+    "launches, cache-resident weights, a model too small to reach the regime); a "
+    "larger model, or the rate the kernel really reaches, would tighten it"
+)
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,6 @@ class Verdict:
     status: str  # held | missed | inconclusive | no points
     text: str
     tightness: str = ""  # held bounds: tight | loose
-
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,6 +108,7 @@ def judge(series: Series, rows: list[tuple[float, float, float]], contended: str
           cause: str = "", loose: str = "") -> Verdict:  # fmt: skip
     """The verdict on one predicted series from its (x, measured, predicted) rows."""
     claim, band = series.claim or "estimate", series.band
+    tightness = ""  # held bounds only: tight | loose
     if not rows:
         return Verdict(series.name, claim, band, 0, math.nan, math.nan, math.nan,
                        "no points", "no measured point to compare")  # fmt: skip
@@ -127,7 +129,6 @@ def judge(series: Series, rows: list[tuple[float, float, float]], contended: str
         beat, wx = max(beats)
         worst = beat if upper else 1 / beat
         ok = beat <= 1 + band
-        tightness = ""
         if ok:
             closest = 1 / beat if beat > 0 else math.inf
             side = "below" if upper else "above"
@@ -138,8 +139,9 @@ def judge(series: Series, rows: list[tuple[float, float, float]], contended: str
                 text += f"; tight: the median point is {typical:.2f}× the bound"
             else:
                 tightness = "loose"
-                text += (f"; loose: the median point is {typical:.1f}× the bound, so it bounds "
-                         f"the measurement without predicting it — {loose or GENERIC_LOOSE}")  # fmt: skip
+                text += (f"; loose: the median point is {typical:.1f}× the bound, so it "
+                         "bounds the measurement without predicting it — "
+                         f"{loose or GENERIC_LOOSE}")  # fmt: skip
         else:
             why = cause or (
                 "the model counts work the step skips, or its constants were measured "
@@ -163,7 +165,6 @@ def judge(series: Series, rows: list[tuple[float, float, float]], contended: str
     if not ok and contended:
         status = "inconclusive"
         text += f"; measured under contention ({contended}), so not a verdict on the model"
-    tightness = tightness if claim == "bound" and ok else ""
     return Verdict(series.name, claim, band, len(rows), median, worst, wx, status, text,
                    tightness)  # fmt: skip
 

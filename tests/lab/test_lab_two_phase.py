@@ -157,7 +157,7 @@ def test_the_default_model_leaves_the_last_level_cache():
 
 
 def test_an_auto_dtype_run_says_which_dtype_ran_and_why():
-    ctx, points = run_tiny(dtype="auto")
+    ctx, _ = run_tiny(dtype="auto")
     why = ctx.summary["dtype"]
     assert why.split(":")[0] in ("fp32", "bf16", "fp16")
     assert "fastest correct dtype" in why and "ms per 128+128-token request" in why

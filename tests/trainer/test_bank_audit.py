@@ -131,8 +131,9 @@ def test_no_check_answer_teaches_that_fa3_does_not_help_decode(questions):
 def test_the_hybrid_allocator_contradiction_is_scoped_to_mixed_models(questions):
     q = questions["kv-arith-mla-and-sliding-window"]
     point = _point(q, "conditional on the engine")
-    assert "With the hybrid allocator disabled, sliding layers still only keep the last window." not in (
-        point.contradictions
+    assert (
+        "With the hybrid allocator disabled, sliding layers still only keep the last window."
+        not in (point.contradictions)
     )
     assert "mixes" in point.check.ask
     assert "Mistral-7B-v0.1 is not such a model" in q.model_answer

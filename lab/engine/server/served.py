@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +22,6 @@ class Served:
     api_key: str | None = None
     created: int = field(default_factory=lambda: int(time.time()))
     dtype: Choice | None = None  # which dtype the engine runs in, and why
-
-
-def dtype_cache() -> Path:
-    """Where the measured dtype choice is kept: VAR_DIR (the project's, when set) or ./var."""
-    return Path(os.environ.get("VAR_DIR") or "var") / "engine_dtype.json"
 
 
 def make_served(
@@ -61,7 +55,7 @@ def make_served(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
     )
-    choice = dtypes.choose(device, dtype, shape=shape.to_hf(), path=dtype_cache())
+    choice = dtypes.choose(device, dtype, shape=shape.to_hf(), path=dtypes.cache_path())
     engine = LLMEngine.from_pretrained(model_dir, config, dtype=choice.torch_dtype, device=device)
     if engine.tokenizer is None:
         raise SystemExit(f"No tokenizer.json in or beside {model_dir}.")

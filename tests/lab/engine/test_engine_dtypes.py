@@ -111,3 +111,13 @@ def test_the_probe_leaves_the_last_level_cache():
     per_layer = 4 * (2 * 1024 * 1024 + 2 * 1024 * 256 + 3 * 1024 * 2816)
     assert shape["num_hidden_layers"] * per_layer >= 4 * (32 << 20)
     assert dtypes.last_level_cache_bytes() > 0
+
+
+def test_the_last_level_cache_is_read_from_sys_and_defaults_when_absent(tmp_path):
+    for index, size in (("index0", "48K"), ("index2", "1024K"), ("index3", "32768K")):
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "size").write_text(f"{size}\n")
+    assert dtypes.last_level_cache_bytes(tmp_path) == 32 << 20
+    assert dtypes.last_level_cache_bytes(tmp_path / "missing") == 32 << 20  # the default
+    (tmp_path / "index3" / "size").write_text("256M\n")
+    assert dtypes.last_level_cache_bytes(tmp_path) == 256 << 20
