@@ -45,6 +45,19 @@ def held_out(slug: str) -> bool:
     return int(hashlib.sha256(slug.encode()).hexdigest(), 16) % 10 < 4
 
 
+FOLDS = 2
+
+
+def fold(slug: str) -> int:
+    """Cross-fitting: the estimate model is fitted on readings of tuning answers by a reader
+    that never saw their question (trained on the other fold)."""
+    return int(hashlib.sha256(("fold:" + slug).encode()).hexdigest(), 16) % FOLDS
+
+
+def fold_path(f: int) -> Path:
+    return ROOT / "var" / f"rubric_reader_fold{f}.safetensors"
+
+
 @dataclass
 class Case:
     slug: str
@@ -247,6 +260,54 @@ def objective(m: dict) -> float:
     caught = m["caught"] / m["contradictions"] if m["contradictions"] else 0.0
     wrong = max(0.0, m["mean"]["on-topic-wrong"] - 0.2) + max(0.0, m["mean"]["off"] - 0.1)
     return m["agreement"] + 0.25 * order + 0.2 * caught - 0.5 * wrong
+
+
+def analyse_cross_fit(cases: Sequence[Case], points, prompts) -> list | None:
+    """Tuning answers analysed by the fold reader that never saw their question
+    (bench.rubric_reader --fold N), so the estimate model is fitted on readings as unseen
+    answers get them; None when the fold readers are not there."""
+    from trainer.grading.rubric import reader
+
+    paths = [fold_path(f) for f in range(FOLDS)]
+    if not reader.available() or not all(p.exists() for p in paths):
+        return None
+    out: list = [None] * len(cases)
+    try:
+        for f, path in enumerate(paths):
+            reader.use(reader.load(path))
+            idx = [j for j, c in enumerate(cases) if fold(c.slug) == f]
+            for j, r in zip(idx, analyse([cases[j] for j in idx], points, prompts), strict=True):
+                out[j] = r
+    finally:
+        reader.use(None)
+    return out
+
+
+READER_FLOORS = (0.0, 0.15, 0.25, 0.35, 0.45, 0.55)
+
+
+def fit_reader_floor(old, blind, points, retrievals, log=print):
+    """The reader floor (and its estimate model) that does best on the tuning answers."""
+    from bench import rubric_blind
+    from trainer.grading.rubric import params
+
+    base = params.load().thresholds
+    fit_cases = [*old, *map(_as_case, blind)]
+    best = None
+    for floor in READER_FLOORS:
+        t = dataclasses.replace(base, reader_floor=floor)
+        p = params.Params(t, fit_calibration(fit_cases, points, retrievals, t))
+        m = metrics(old, points, results_of(old, points, retrievals[: len(old)], p))
+        bm = rubric_blind.metrics(
+            blind, points, results_of(blind, points, retrievals[len(old) :], p)
+        )
+        score = objective(m) + 2.0 * blind_objective(bm)
+        log(
+            f"  reader_floor {floor}: objective {score:.3f}; blind tuning {rubric_blind.summary(bm)}"
+        )
+        if best is None or score > best[0]:
+            best = (score, p)
+    return best[1]
 
 
 def fit_calibration(cases, points, retrievals, thresholds):
@@ -460,11 +521,17 @@ def main(argv: list[str] | None = None) -> None:
         tuning_r = analyse(tuning, points, prompts)
         b_tuning_r = analyse(b_tuning, points, prompts)
         if args.refit:
-            t = params.load().thresholds
-            fit = fit_calibration(
-                [*tuning, *map(_as_case, b_tuning)], points, [*tuning_r, *b_tuning_r], t
-            )
-            params.TUNED_PATH.write_text(params.Params(t, fit).as_json())
+            crossed = analyse_cross_fit([*tuning, *map(_as_case, b_tuning)], points, prompts)
+            if crossed is not None:
+                print("estimate fitted on cross-fitted readings (bench.rubric_reader --fold)")
+                best = fit_reader_floor(tuning, b_tuning, points, crossed)
+            else:
+                t = params.load().thresholds
+                fit = fit_calibration(
+                    [*tuning, *map(_as_case, b_tuning)], points, [*tuning_r, *b_tuning_r], t
+                )
+                best = params.Params(t, fit)
+            params.TUNED_PATH.write_text(best.as_json())
             print(f"wrote {params.TUNED_PATH.relative_to(ROOT)} (estimate model refitted)")
             return
         if args.tune:

@@ -26,6 +26,7 @@ class Thresholds:
     penalty_sim: float = 0.70  # red flags need a confident match
     numbers_required: bool = True  # a point that expects numbers is verified only with one
     off_topic: float = 0.35  # no unit this close to any point: the answer is off topic
+    reader_floor: float = 0.0  # the point reader's P(states) a verifying unit needs (0: off)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainer.grading.rubric import encoder, numbers, split, terms
+from trainer.grading.rubric import encoder, numbers, reader, split, terms
 from trainer.grading.rubric.point import Point
 
 
@@ -41,6 +41,8 @@ class Retrieval:
     # quantity, never a wrong value of another
     given: tuple[numbers.Stated, ...] = field(default=())
     memo: dict = field(default_factory=dict, compare=False, repr=False)  # verify's raw facts
+    # the point reader's (other, states, wrong) for each ordinary point's closest units
+    reading: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def point_text(point: Point) -> str:
@@ -159,7 +161,10 @@ def retrieve(answer: str, points: Sequence[Point], prompt: str = "") -> Retrieva
     for k, members in enumerate(_members(parts)):  # as wrong as its wrongest clause
         if members:
             neg[:, k] = np.maximum(neg[:, k], neg[:, members].max(axis=1))
-    return Retrieval(units, pos, neg, best, given=given_figures(tuple(points), prompt))
+    reading = reader.read(points, [u.text for u in units], pos, best)
+    return Retrieval(
+        units, pos, neg, best, given=given_figures(tuple(points), prompt), reading=reading
+    )
 
 
 @functools.lru_cache(maxsize=1024)

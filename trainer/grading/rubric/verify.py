@@ -16,6 +16,7 @@ text as expects.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ class Facts:
     stuffed: bool = False  # the unit is a list of terms rather than a statement
     suspect: bool = False  # close to a known wrong version (not proof: unclear)
     denied: bool = False  # a term of the point under a negated verb (proof)
+    states: float = -1.0  # the point reader's P(states the point); -1: not read
+    wrong: float = -1.0  # its P(states it wrongly)
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,10 @@ class Decision:
     reason: str
     attempted: bool
     best_pos: float
+    # the point reader over the point's closest units: the most that one states it, and
+    # the most that one states it wrongly (0 when nothing was read)
+    read_states: float = 0.0
+    read_wrong: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -159,8 +166,14 @@ def facts(
     neg: float,
     t: Thresholds,
     raw: Raw | None = None,
+    reading: tuple[float, float, float] | None = None,
+    reader_on: bool = False,
 ) -> Facts:
+    """`reading`: the point reader's (other, states, wrong) for this unit; `reader_on`: the
+    answer was read (then an unread unit, or one read below the floor, does not verify)."""
     raw = raw or raw_facts(pt, unit)
+    states, wrong = (reading[1], reading[2]) if reading else (-1.0, -1.0)
+    read_ok = not reader_on or point.penalty or states >= t.reader_floor
     share, status = raw.share, raw.status
     negated = raw.opposite > 0 and (pt.keyed or raw.opposite >= raw.agree)
     required = t.key_share if pt.keyed else t.plain_share
@@ -176,6 +189,7 @@ def facts(
         and share >= required - 1e-9
         and not negated
         and numbers_ok
+        and read_ok
     )
     about = share >= required - 1e-9 and len(unit.parts) == 1
     wrong_number = status is numbers.Status.WRONG and about and pos >= t.verify_floor
@@ -203,6 +217,8 @@ def facts(
         stuffed,
         bool(suspect),
         bool(denied and not point.penalty and not verified),
+        states,
+        wrong,
     )
 
 
@@ -210,10 +226,33 @@ def _facts(i: int, k: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresh
     raw = r.memo.get((i, k))
     if raw is None:
         raw = r.memo[(i, k)] = raw_facts(pt, r.units[k], r.given)
-    return facts(point, pt, r.units[k], float(r.pos[i][k]), float(r.neg[i][k]), t, raw)
+    return facts(
+        point,
+        pt,
+        r.units[k],
+        float(r.pos[i][k]),
+        float(r.neg[i][k]),
+        t,
+        raw,
+        r.reading.get((i, k)),
+        bool(r.reading),
+    )
 
 
 def decide(
+    i: int, point: Point, r: Retrieval, t: Thresholds, honest: frozenset[str] = frozenset()
+) -> Decision:
+    """`_decide`, with what the point reader made of the point's closest units."""
+    d = _decide(i, point, r, t, honest)
+    read = [v for (j, _), v in r.reading.items() if j == i]
+    if not read:
+        return d
+    return dataclasses.replace(
+        d, read_states=max(v[1] for v in read), read_wrong=max(v[2] for v in read)
+    )
+
+
+def _decide(
     i: int, point: Point, r: Retrieval, t: Thresholds, honest: frozenset[str] = frozenset()
 ) -> Decision:
     """The verdict on point `i`: hit if a unit verifies it, contradicted if one contradicts
@@ -309,6 +348,10 @@ def _contradiction_reason(point: Point, f: Facts, r: Retrieval, i: int, k: int) 
     return DENIAL_REASON + claim
 
 
+READER_REASON = (
+    "Not verified: your sentence is about this point, but read beside it, it does not clearly "
+    "state it. Answer the check to settle it."
+)
 DENIAL_REASON = "Your sentence denies what this point holds: "
 SUSPECT_REASON = (
     "Not verified: your sentence reads close to a common wrong version of this point, "
@@ -326,6 +369,8 @@ def _unclear_reason(pt: PointTerms, f: Facts, t: Thresholds) -> str:
         return f"Not verified: this point expects a number ({wanted})."
     if f.pos - f.neg < t.margin:
         return "Not verified: your sentence is as close to a known wrong version as to the point."
+    if 0.0 <= f.states < t.reader_floor:
+        return READER_REASON
     return "Not verified: your sentence is about this point but does not state it clearly."
 
 
