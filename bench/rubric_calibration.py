@@ -40,9 +40,14 @@ LEVELS = ("strong", "partial", "on-topic-wrong", "off")
 LABELS = (*LEVELS, "adversarial", "buzzword")
 
 
+def bucket(slug: str, n: int, salt: str = "") -> int:
+    """A question's fixed bucket of n, from its slug (salted for a split of its own)."""
+    return int(hashlib.sha256((salt + slug).encode()).hexdigest(), 16) % n
+
+
 def held_out(slug: str) -> bool:
     """Whether a question belongs to the held-out part (fixed by its slug)."""
-    return int(hashlib.sha256(slug.encode()).hexdigest(), 16) % 10 < 4
+    return bucket(slug, 10) < 4
 
 
 FOLDS = 2
@@ -51,7 +56,7 @@ FOLDS = 2
 def fold(slug: str) -> int:
     """Cross-fitting: the estimate model is fitted on readings of tuning answers by a reader
     that never saw their question (trained on the other fold)."""
-    return int(hashlib.sha256(("fold:" + slug).encode()).hexdigest(), 16) % FOLDS
+    return bucket(slug, FOLDS, "fold:")
 
 
 def fold_path(f: int) -> Path:
@@ -292,7 +297,7 @@ def fit_reader_floor(old, blind, points, retrievals, log=print):
     from trainer.grading.rubric import params
 
     base = params.load().thresholds
-    fit_cases = [*old, *map(_as_case, blind)]
+    fit_cases = [*old, *map(as_case, blind)]
     best = None
     for floor in READER_FLOORS:
         t = dataclasses.replace(base, reader_floor=floor)
@@ -380,7 +385,7 @@ def tune(cases, points, retrievals, rounds: int = 2, log=print, blind=None):
     from trainer.grading.rubric import params
 
     b_cases, b_retrievals = blind or ([], [])
-    fit_cases = list(cases) + [_as_case(c) for c in b_cases]
+    fit_cases = list(cases) + [as_case(c) for c in b_cases]
     fit_retrievals = list(retrievals) + list(b_retrievals)
 
     def run(t):
@@ -406,7 +411,7 @@ def tune(cases, points, retrievals, rounds: int = 2, log=print, blind=None):
     return best[1], best[2]
 
 
-def _as_case(c) -> Case:
+def as_case(c) -> Case:
     return Case(c.slug, c.label, "", c.text, c.expert, c.contradicted)
 
 
@@ -521,14 +526,14 @@ def main(argv: list[str] | None = None) -> None:
         tuning_r = analyse(tuning, points, prompts)
         b_tuning_r = analyse(b_tuning, points, prompts)
         if args.refit:
-            crossed = analyse_cross_fit([*tuning, *map(_as_case, b_tuning)], points, prompts)
+            crossed = analyse_cross_fit([*tuning, *map(as_case, b_tuning)], points, prompts)
             if crossed is not None:
                 print("estimate fitted on cross-fitted readings (bench.rubric_reader --fold)")
                 best = fit_reader_floor(tuning, b_tuning, points, crossed)
             else:
                 t = params.load().thresholds
                 fit = fit_calibration(
-                    [*tuning, *map(_as_case, b_tuning)], points, [*tuning_r, *b_tuning_r], t
+                    [*tuning, *map(as_case, b_tuning)], points, [*tuning_r, *b_tuning_r], t
                 )
                 best = params.Params(t, fit)
             params.TUNED_PATH.write_text(best.as_json())

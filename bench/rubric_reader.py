@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import random
 import time
 from pathlib import Path
@@ -32,7 +31,9 @@ from bench.rubric_calibration import (
     ROOT,
     EmbeddingCache,
     analyse,
+    as_case,
     bank_points,
+    bucket,
     fold,
     fold_path,
     held_out,
@@ -77,7 +78,8 @@ def written_pairs(points, slugs: set[str], rng: random.Random) -> list[tuple[str
 
 
 def answer_pairs(cases, points, retrievals) -> list[tuple[str, str, int]]:
-    """Per (answer, ordinary point): its closest single sentence, labelled by the expert."""
+    """Per (answer, ordinary point): its closest single sentence, labelled by the expert
+    (`cases` in bench.rubric_calibration.Case's shape: blind ones through as_case)."""
     from trainer.grading.rubric import params, reader
 
     t = params.load().thresholds
@@ -85,7 +87,6 @@ def answer_pairs(cases, points, retrievals) -> list[tuple[str, str, int]]:
     for case, r in zip(cases, retrievals, strict=True):
         if not r.units:
             continue
-        contra = getattr(case, "contradicted", None) or getattr(case, "contradicts", set())
         for i, point in enumerate(points[case.slug]):
             if point.penalty:
                 continue
@@ -93,7 +94,7 @@ def answer_pairs(cases, points, retrievals) -> list[tuple[str, str, int]]:
             if not ks or r.pos[i][ks[0]] < t.retrieve:
                 continue
             k = ks[0]
-            label = 1 if i in case.expert else 2 if i in contra else 0
+            label = 1 if i in case.expert else 2 if i in case.contradicts else 0
             out.append(
                 (reader.premise(point, int(r.claim_index[i][k]) - 1), r.units[k].text, label)
             )
@@ -101,7 +102,7 @@ def answer_pairs(cases, points, retrievals) -> list[tuple[str, str, int]]:
 
 
 def split_val(slug: str) -> bool:
-    return int(hashlib.sha256(("val:" + slug).encode()).hexdigest(), 16) % 5 == 0
+    return bucket(slug, 5, "val:") == 0
 
 
 def frozen_states(model, pairs, log=print):
@@ -229,16 +230,14 @@ def main(argv: list[str] | None = None) -> None:
         help="train on the tuning questions outside this fold and write var/ (cross-fitting)",
     )
     args = parser.parse_args(argv)
-    import torch
 
     from bench import rubric_blind
     from trainer.grading.rubric import reader
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     reader.use(False)  # the answers' sentences are picked by the bi-encoder alone
     points, prompts = bank_points()
     old = [c for c in load_cases() if c.slug in points]
-    blind = [c for c in rubric_blind.load() if c.slug in points]
+    blind = [as_case(c) for c in rubric_blind.load() if c.slug in points]
     tuning_slugs = {c.slug for c in [*old, *blind] if not held_out(c.slug)}
     if args.validate:
         train_slugs = {s for s in tuning_slugs if not split_val(s)}

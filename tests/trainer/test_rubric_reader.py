@@ -61,12 +61,17 @@ def test_the_premise_is_the_point_and_one_claim():
 
 def test_only_ordinary_points_closest_units_are_read(fixed):
     fake = fixed((0.1, 0.8, 0.1))
-    r, _ = graded(RIGHT + " Streaming lowers end-to-end latency. Cats are mammals.", 0.0)
+    r, _ = graded(
+        RIGHT
+        + " Streaming lowers end-to-end latency. The office coffee machine broke again on Monday morning.",
+        0.0,
+    )
     assert r.reading and all(i == 0 for i, _ in r.reading)  # the red flag is not read
     assert len(r.reading) <= reader.READ_TOP
     assert all(r.pos[0][k] >= reader.READ_FLOOR for _, k in r.reading)
     read = {r.units[k].text for _, k in r.reading}
-    assert "Cats are mammals." not in read
+    off = "The office coffee machine broke again on Monday morning."
+    assert off in {u.text for u in r.units} and off not in read
     assert all(p[0].startswith(PHASES.text) for p in fake.pairs)
 
 
@@ -81,7 +86,6 @@ def test_below_the_floor_it_is_not_verified_and_the_reason_says_so(fixed):
     _, result = graded(RIGHT, 0.5)
     point = result.points[0]
     assert point.verdict == "unclear" and point.reason == verify.READER_REASON
-    assert point.check is None or point.check  # the check offer follows the usual rule
     _, off = graded(RIGHT, 0.0)  # the floor at 0 switches the gate off
     assert off.points[0].verdict == "hit"
 
@@ -94,15 +98,22 @@ def test_a_reading_of_wrong_never_contradicts(fixed):
     assert all(p.verdict != "contradicted" for p in result.points)
 
 
-def test_the_estimate_sees_the_reading(fixed):
-    fixed((0.05, 0.9, 0.05))
-    r, _ = graded(RIGHT, 0.0)
-    d = verify.decide_all([PHASES, FLAG], r, params.TUNED.thresholds)[0]
-    assert d.read_states == pytest.approx(0.9) and d.read_wrong == pytest.approx(0.05)
-    fixed((0.05, 0.05, 0.9))
-    r, _ = graded(RIGHT, 0.0)
-    d = verify.decide_all([PHASES, FLAG], r, params.TUNED.thresholds)[0]
-    assert d.read_states == pytest.approx(0.05) and d.read_wrong == pytest.approx(0.9)
+def test_with_the_floor_off_an_unread_unit_still_verifies(fixed):
+    # only the closest units are read; with the floor at 0 the rest verify as before
+    fixed((0.9, 0.05, 0.05))
+    r, _ = graded(RIGHT + " The office coffee machine broke again on Monday morning.", 0.0)
+    cats = int(r.pos[0].argmin())  # the unit farthest from the point
+    assert "coffee" in r.units[cats].text
+    r.reading.clear()
+    r.reading[(0, cats)] = (0.9, 0.05, 0.05)  # the answer was read, its right sentence not
+    off = params.Params(
+        dataclasses.replace(params.TUNED.thresholds, reader_floor=0.0), params.TUNED.calibration
+    )
+    assert evaluate(r, [PHASES, FLAG], off).points[0].verdict == "hit"
+    on = params.Params(
+        dataclasses.replace(params.TUNED.thresholds, reader_floor=0.5), params.TUNED.calibration
+    )
+    assert evaluate(r, [PHASES, FLAG], on).points[0].verdict == "unclear"
 
 
 def test_without_a_reader_nothing_is_read(fixed):

@@ -28,8 +28,8 @@ FEATURES = (
     "answer_verified",  # share of the answer's ordinary points verified
     "answer_doubt",  # share of them read close to a wrong version, or with a wrong number
 )
-# The point reader's readings (Decision.read_states / read_wrong) join these once a reader
-# ships that holds out on unseen questions (bench/rubric_reader.py; not yet: BENCHMARKS).
+# The point reader's readings (Retrieval.reading) are to join these once a reader ships
+# that holds on unseen questions (bench/rubric_reader.py; none does yet: BENCHMARKS).
 # Until tuned: a hit is likely credited, an unclear point somewhat, the rest not.
 _FALLBACK = Calibration(
     FEATURES, (4.0, 2.0, 1.0, 2.0, -2.0, 0.5, -1.0, -1.0, 0.0, -0.5, 0.0, 0.0, 0.0), -3.0

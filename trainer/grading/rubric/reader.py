@@ -19,6 +19,7 @@ It is a learned reading, not proof: its output lowers or raises the estimate and
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -48,7 +49,7 @@ def premise(point: Point, claim: int | None = None) -> str:
 
 
 def available() -> bool:
-    return WEIGHTS.exists()
+    return WEIGHTS.is_file()
 
 
 class Reader:
@@ -73,6 +74,7 @@ class Reader:
             return_tensors="pt",
         )
 
+    @functools.lru_cache(maxsize=2048)  # noqa: B019 (one reader per process; premises repeat)
     def _cut(self, text: str) -> str:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) <= POINT_TOKENS:
@@ -178,13 +180,12 @@ def model() -> Reader | None:
     """The shipped reader, loaded once per process; None when no weights ship (or after
     use(False))."""
     global _model
-    if _model is False:
-        return None
-    if _model is None and available():
+    if _model is None:
         with _lock:
             if _model is None:
-                _model = load()
-    return _model
+                # looked for once: no file check on every grade when none ships
+                _model = load() if available() else False
+    return _model or None
 
 
 def meta(path: Path = WEIGHTS) -> dict:

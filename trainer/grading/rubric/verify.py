@@ -16,7 +16,6 @@ text as expects.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,7 +52,6 @@ class Facts:
     suspect: bool = False  # close to a known wrong version (not proof: unclear)
     denied: bool = False  # a term of the point under a negated verb (proof)
     states: float = -1.0  # the point reader's P(states the point); -1: not read
-    wrong: float = -1.0  # its P(states it wrongly)
 
 
 @dataclass(frozen=True)
@@ -64,10 +62,6 @@ class Decision:
     reason: str
     attempted: bool
     best_pos: float
-    # the point reader over the point's closest units: the most that one states it, and
-    # the most that one states it wrongly (0 when nothing was read)
-    read_states: float = 0.0
-    read_wrong: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -170,10 +164,12 @@ def facts(
     reader_on: bool = False,
 ) -> Facts:
     """`reading`: the point reader's (other, states, wrong) for this unit; `reader_on`: the
-    answer was read (then an unread unit, or one read below the floor, does not verify)."""
+    answer was read (then, with the floor on, an unread unit or one read below the floor
+    does not verify)."""
     raw = raw or raw_facts(pt, unit)
-    states, wrong = (reading[1], reading[2]) if reading else (-1.0, -1.0)
-    read_ok = not reader_on or point.penalty or states >= t.reader_floor
+    states = reading[1] if reading else -1.0
+    gated = reader_on and t.reader_floor > 0 and not point.penalty
+    read_ok = not gated or states >= t.reader_floor
     share, status = raw.share, raw.status
     negated = raw.opposite > 0 and (pt.keyed or raw.opposite >= raw.agree)
     required = t.key_share if pt.keyed else t.plain_share
@@ -218,7 +214,6 @@ def facts(
         bool(suspect),
         bool(denied and not point.penalty and not verified),
         states,
-        wrong,
     )
 
 
@@ -240,19 +235,6 @@ def _facts(i: int, k: int, point: Point, pt: PointTerms, r: Retrieval, t: Thresh
 
 
 def decide(
-    i: int, point: Point, r: Retrieval, t: Thresholds, honest: frozenset[str] = frozenset()
-) -> Decision:
-    """`_decide`, with what the point reader made of the point's closest units."""
-    d = _decide(i, point, r, t, honest)
-    read = [v for (j, _), v in r.reading.items() if j == i]
-    if not read:
-        return d
-    return dataclasses.replace(
-        d, read_states=max(v[1] for v in read), read_wrong=max(v[2] for v in read)
-    )
-
-
-def _decide(
     i: int, point: Point, r: Retrieval, t: Thresholds, honest: frozenset[str] = frozenset()
 ) -> Decision:
     """The verdict on point `i`: hit if a unit verifies it, contradicted if one contradicts
