@@ -218,9 +218,13 @@ def evaluate(model, pairs) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    global TRAINED_FROM
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--validate", action="store_true", help="hold out a fifth of tuning")
     parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument(
+        "--trained-from", type=int, default=TRAINED_FROM, help="first fine-tuned layer (0..5)"
+    )
     parser.add_argument("--cache", type=Path, help="keep sentence vectors in this file")
     parser.add_argument("--no-answers", action="store_true", help="written sentences only")
     parser.add_argument(
@@ -230,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
         help="train on the tuning questions outside this fold and write var/ (cross-fitting)",
     )
     args = parser.parse_args(argv)
+    TRAINED_FROM = args.trained_from
 
     from bench import rubric_blind
     from trainer.grading.rubric import reader
@@ -264,7 +269,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     model = train(pairs, args.epochs)
     report = {}
-    meta = {"pairs": len(pairs), "written": n_written, "epochs": args.epochs, "seed": SEED}
+    meta = {
+        "pairs": len(pairs),
+        "written": n_written,
+        "epochs": args.epochs,
+        "trained_from": TRAINED_FROM,
+        "seed": SEED,
+    }
     if args.fold is not None:
         fold_path(args.fold).parent.mkdir(exist_ok=True)
         reader.save(

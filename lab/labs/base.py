@@ -121,7 +121,7 @@ class Series:
     label: str
     kind: str = "measured"  # measured | predicted
     predicts: str = ""
-    axis: str = "y"  # y | y2 (second y axis on the right)
+    axis: str = "y"  # y | y2 (second y axis on the right) | y3 (a third, further right)
     mode: str = "lines+markers"  # a plotly scatter mode, or "bar" (bar series are stacked)
     # Predicted series only: what the prediction claims (lab/labs/verdicts.py) — "exact"
     # (counts: must match), "bound" (measured may not beat it by more than `band`) or
@@ -142,6 +142,7 @@ class Chart:
     x_title: str
     y_title: str
     y2_title: str = ""
+    y3_title: str = ""  # a third y axis, right of y2 (a quantity in yet another unit)
     x_type: str = "linear"  # linear | log
     y_type: str = "linear"
 

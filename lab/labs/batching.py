@@ -11,7 +11,9 @@ takes the makespan of greedy FCFS list scheduling on B slots. Slot use is the ba
 `useful_tokens / (batch * long_tokens)` with long_tokens = steps. The tokens-per-second
 ratio matches the step ratio only if a step costs the same however many slots are busy (the
 bank's weights-bound GPU); on a CPU a step costs a + b x sequences, so the lab measures
-a and b first and predicts tokens per second from them too.
+a and b first and predicts tokens per second from them too. At the default width the random
+model's weights are 4x the CPU's last-level cache, so a decode step streams them from memory
+and b is small beside a: the regime where continuous batching's step ratio is its speed-up.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from lab.engine.config import EngineConfig
 from lab.engine.engine import LLMEngine
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
-from lab.labs.common import bundled_shape, random_model, sync
+from lab.labs.common import DTYPE_CHOICES, sync, width_model
 from lab.labs.formulas import slot_utilisation
 
 # What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
@@ -168,7 +170,10 @@ class Batching(Lab):
         "is B × slot use. Predicted curves come from the workload alone and must match "
         "exactly. Tokens per second follow the step ratio only where a step costs the same "
         "whatever the batch holds (a weights-bound GPU); here the lab first measures a step "
-        "as a + b × sequences and predicts tokens per second from that."
+        "as a + b × sequences and predicts tokens per second from that. The default model "
+        "has random weights and enough layers to be four times this CPU's last-level cache, "
+        "so a decode step streams its weights from memory as a real model's does, and a "
+        "step of B sequences costs little more than a step of one."
     )
     topics = ("continuous-batching", "prefill-decode")
     params = (
@@ -180,6 +185,13 @@ class Batching(Lab):
         Param("output_min", "Shortest output", "int", 4, min=1, max=256, unit="tokens"),
         Param("output_max", "Longest output", "int", 128, min=1, max=256, unit="tokens"),
         Param("seed", "Workload seed", "int", 0, min=0, max=2**31 - 1),
+        Param("width", "Model width ×", "int", 4, min=1, max=4,
+              help="multiplies hidden size, MLP size and heads of the bundled shape "
+                   "(weights ~width²); past 1, layers are added until the weights are 4× "
+                   "this CPU's last-level cache, so a decode step streams them from memory"),
+        Param("dtype", "Weights dtype", "choice", "auto", choices=DTYPE_CHOICES,
+              help="auto: the fastest dtype that passes the logits check, measured once "
+                   "on this machine for this shape"),
     )  # fmt: skip
     series = (
         Series("static", "Static batching (measured)"),
@@ -218,16 +230,14 @@ class Batching(Lab):
     def run(self, ctx: RunContext) -> Iterator[Point]:
         p = ctx.params
         slots = p["slots"]
-        shape = bundled_shape("target")
-        model = random_model(shape, ctx.device)
+        model, _ = width_model(ctx, p["width"], p["dtype"])
+        vocab = model.config.vocab_size
         work = workload(p)
         outputs = [out for _, out in work]
         useful = sum(outputs)
         gen = torch.Generator().manual_seed(p["seed"])
-        prompts = [
-            torch.randint(3, shape["vocab_size"], (n,), generator=gen).tolist() for n, _ in work
-        ]
-        a_s, b_s, c_s = calibrate_step_s(model, p, shape["vocab_size"])
+        prompts = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n, _ in work]
+        a_s, b_s, c_s = calibrate_step_s(model, p, vocab)
         ctx.check_cancel()
         ctx.summary.update(step_cost_a_ms=a_s * 1000, step_cost_b_ms_per_seq=b_s * 1000,
                            prefill_extra_ms_per_request=c_s * 1000)  # fmt: skip

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from lab.engine.attention import DenseAttention
 from lab.engine.config import ModelConfig
-from lab.engine.dtypes import CACHE_NAME, DTYPES, cpu_name
+from lab.engine.dtypes import CACHE_NAME, DTYPES, cpu_name, layer_weight_bytes
 from lab.engine.model import LlamaModel, load_model
 from lab.engine.model import random_model as engine_random_model
 
@@ -67,6 +68,78 @@ def tokenizer():
 def bundled_shape(name: str = "target") -> dict:
     """The bundled model's HF config.json as a dict (edit it for a variant shape)."""
     return ModelConfig.from_hf(WEIGHTS / name / "config.json").to_hf()
+
+
+LLC_MULTIPLE = 4  # a regime-true model's weights are at least this many times the LLC
+
+
+def widened_shape(width: int) -> dict:
+    """The bundled target's shape with hidden, MLP and head counts multiplied by `width`
+    (head_dim kept), so weights grow ~width² and can be pushed out of the CPU's caches."""
+    shape = bundled_shape("target")
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads",
+                "num_key_value_heads"):  # fmt: skip
+        shape[key] *= width
+    return shape
+
+
+def regime_shape(
+    width: int, dtype_bytes: float, llc_bytes: int, max_layers: int | None = None
+) -> dict:
+    """widened_shape with enough layers that the matmul weights, stored at `dtype_bytes`
+    per weight, are LLC_MULTIPLE x the last-level cache: a decode step then streams them
+    from DRAM, the regime the labs teach, instead of re-reading a cache-resident toy (whose
+    steps are overhead). `max_layers` (default 3x the bundled count) keeps a narrow model
+    a small demo: past it the layer count is left as bundled."""
+    shape = widened_shape(width)
+    per_layer = layer_weight_bytes(shape, dtype_bytes)
+    head = shape["hidden_size"] * shape["vocab_size"] * dtype_bytes
+    need = max(0, LLC_MULTIPLE * llc_bytes - head)
+    layers = max(shape["num_hidden_layers"], math.ceil(need / per_layer))
+    if layers <= (max_layers or 3 * shape["num_hidden_layers"]):
+        shape["num_hidden_layers"] = layers
+    return shape
+
+
+def matmul_params(model: nn.Module) -> int:
+    """Weights that multiply activations (every Linear, LM head included; not embeddings)."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+
+
+def lab_shape(width: int, dtype_bytes: float, llc_bytes: int) -> dict:
+    """A timing lab's model shape: the bundled target's at width 1; wider, the regime-true
+    random model (weights LLC_MULTIPLE x the last-level cache, regime_shape)."""
+    return bundled_shape("target") if width == 1 else regime_shape(width, dtype_bytes, llc_bytes)
+
+
+def width_model(ctx, width: int, dtype_name: str) -> tuple[LlamaModel, int]:
+    """(random model, its matmul weight bytes) of lab_shape(width) in the run's dtype ("auto":
+    measured for this shape, lab.engine.dtypes); the run page's summary says which dtype
+    ran and why, that the weights are random, and how they compare with the LLC."""
+    from lab.engine.dtypes import last_level_cache_bytes
+
+    llc = last_level_cache_bytes()
+    dtype, why = run_dtype(dtype_name, ctx.device, lab_shape(width, 4, llc),
+                           dtype_file(ctx.calibration_path))  # fmt: skip
+    dtype_bytes = torch.empty(0, dtype=dtype).element_size()
+    shape = lab_shape(width, dtype_bytes, llc)
+    model = random_model(shape, ctx.device, dtype)
+    weight_bytes = matmul_params(model) * dtype_bytes
+    ctx.summary.update({
+        "dtype": why, "model": random_weights_note(shape), "weight_mb": weight_bytes / 1e6,
+        "last_level_cache_mb": llc / 1e6, "weights_over_llc": weight_bytes / llc,
+    })  # fmt: skip
+    return model, weight_bytes
+
+
+def random_weights_note(shape: dict) -> str:
+    """What a run page says about a random-weight model of a real shape."""
+    return (
+        f"random weights, {shape['num_hidden_layers']} layers of hidden "
+        f"{shape['hidden_size']}: the timing depends on the shapes and the bytes moved, "
+        "not on the weights' values, so a random model of a real shape times like a "
+        "trained one"
+    )
 
 
 def random_model(

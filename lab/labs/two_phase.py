@@ -20,51 +20,27 @@ import torch
 from torch import nn
 
 from lab.engine.config import EngineConfig
-from lab.engine.dtypes import last_level_cache_bytes, layer_weight_bytes
+from lab.engine.dtypes import last_level_cache_bytes
 from lab.engine.engine import LLMEngine
 from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.calibration import constants_for
-from lab.labs.common import DTYPE_CHOICES, bundled_shape, dtype_file, random_model, run_dtype
+from lab.labs.common import (
+    DTYPE_CHOICES,
+    dtype_file,
+    matmul_params,
+    random_model,
+    random_weights_note,
+    regime_shape,
+    run_dtype,
+)
 from lab.labs.formulas import decode_step_flops, step_lower_bound_ms
 
 DECODE_PROMPT_TOKENS = 16  # short prompts: decode attention stays a small part of a step
 # The bounds' noise allowance (lab/labs/verdicts.py): measured may not be faster than the
 # bound by more than this share; more is a bug in the bound.
 BANDS = {"prefill-roofline": 0.2, "decode-roofline": 0.2}
-
-
-LLC_MULTIPLE = 4  # the weights are at least this many times the last-level cache
-
-
-def widened_shape(width: int) -> dict:
-    """The bundled target's shape with hidden, MLP and head counts multiplied by `width`
-    (head_dim kept), so weights grow ~width² and can be pushed out of the CPU's caches."""
-    shape = bundled_shape("target")
-    for key in ("hidden_size", "intermediate_size", "num_attention_heads",
-                "num_key_value_heads"):  # fmt: skip
-        shape[key] *= width
-    return shape
-
-
-def regime_shape(width: int, dtype_bytes: int, llc_bytes: int) -> dict:
-    """widened_shape with enough layers that the matmul weights are LLC_MULTIPLE x the
-    last-level cache: a decode step then streams them from DRAM, the regime the lab
-    teaches, instead of re-reading a cache-resident toy (whose steps are overhead)."""
-    shape = widened_shape(width)
-    per_layer = layer_weight_bytes(shape, dtype_bytes)
-    head = shape["hidden_size"] * shape["vocab_size"] * dtype_bytes
-    need = max(0, LLC_MULTIPLE * llc_bytes - head)
-    layers = max(shape["num_hidden_layers"], math.ceil(need / per_layer))
-    if layers <= 3 * shape["num_hidden_layers"]:  # a narrow model stays a small demo
-        shape["num_hidden_layers"] = layers
-    return shape
-
-
-def matmul_params(model: nn.Module) -> int:
-    """Weights that multiply activations (every Linear, LM head included; not embeddings)."""
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
 
 
 def step_flops(model: LlamaModel, tokens: int, pairs: float, sequences: int) -> float:
@@ -171,11 +147,7 @@ class TwoPhase(Lab):
         shape = regime_shape(p["width"], dtype_bytes, llc)
         model = random_model(shape, ctx.device, dtype)
         ctx.summary["dtype"] = why
-        ctx.summary["model"] = (
-            f"random weights, {shape['num_hidden_layers']} layers of hidden "
-            f"{shape['hidden_size']}: the timing depends on the shapes and the bytes moved, "
-            "not on the weights' values, so a random model of a real shape times like a "
-            "trained one")  # fmt: skip
+        ctx.summary["model"] = random_weights_note(shape)
         n_params = matmul_params(model)
         weight_bytes = n_params * dtype_bytes
         constants = constants_for(ctx.device, dtype, weight_bytes, path=ctx.calibration_path)

@@ -79,18 +79,26 @@ def _predicted_at(series: list[Point], x: float) -> float | None:
 
 def pairs(lab: Lab, points: Iterable[Point]) -> dict[str, list[tuple[float, float, float]]]:
     """{predicted series: [(x, measured, predicted)]}, pairing each measured point with its
-    own extra["predicted"] or else the predicted series at the same x."""
+    own extra["predicted"] or else the predicted series at the same x. A measured series
+    that several predicted series are for (an estimate and a bound) is paired with each
+    one's own points: its extra["predicted"] cannot say which of them it is."""
     points = list(points)
     by_series: dict[str, list[Point]] = {}
     for p in points:
         by_series.setdefault(p.series, []).append(p)
+    predictors: dict[str, int] = {}
+    for s in lab.series:
+        if s.kind == "predicted" and s.predicts:
+            predictors[s.predicts] = predictors.get(s.predicts, 0) + 1
     out: dict[str, list[tuple[float, float, float]]] = {}
     for s in lab.series:
         if s.kind != "predicted" or not s.predicts:
             continue
         rows = out.setdefault(s.name, [])
         for m in by_series.get(s.predicts, []):
-            pred = m.extra.get("predicted") if isinstance(m.extra, dict) else None
+            pred = None
+            if predictors[s.predicts] == 1 and isinstance(m.extra, dict):
+                pred = m.extra.get("predicted")
             if not isinstance(pred, (int, float)):
                 pred = _predicted_at(by_series.get(s.name, []), m.x)
             if pred is not None:

@@ -21,14 +21,15 @@ document.addEventListener("DOMContentLoaded", () => {
     : Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(4)
     : Number.isInteger(v) ? String(v) : v.toPrecision(5));
 
+  const axisOf = (s) => (s.axis === "y2" || s.axis === "y3" ? s.axis : "y");
   // mode "bar": a bar trace; several bar series are stacked (a waterfall of hops per x).
   const traces = series.map((s) => (s.mode === "bar"
-    ? { name: s.label, type: "bar", x: [], y: [], yaxis: s.axis === "y2" ? "y2" : "y",
+    ? { name: s.label, type: "bar", x: [], y: [], yaxis: axisOf(s),
       visible: s.hidden ? "legendonly" : true }
     : {
       name: s.label, type: "scatter", mode: s.mode, x: [], y: [],
       visible: s.hidden ? "legendonly" : true, // hidden: off until its legend entry is clicked
-      yaxis: s.axis === "y2" ? "y2" : "y",
+      yaxis: axisOf(s),
       line: s.kind === "predicted" ? { dash: "dash" } : {},
       // the spread of a point's repeats (extra.lo .. extra.hi) as error bars
       error_y: s.kind === "measured"
@@ -39,7 +40,7 @@ document.addEventListener("DOMContentLoaded", () => {
   // x-axis title, so there it goes above the plot, with the height grown to keep the plot.
   const narrow = chartDiv.clientWidth < 560;
   const layout = {
-    margin: { t: 20, r: chart.y2_title ? 60 : 10, b: 50, l: 70 },
+    margin: { t: 20, r: chart.y3_title ? 20 : chart.y2_title ? 60 : 10, b: 50, l: 70 },
     height: narrow ? 320 + 20 * series.length : 420,
     xaxis: { title: { text: chart.x_title }, type: chart.x_type },
     yaxis: { title: { text: chart.y_title }, type: chart.y_type, rangemode: "tozero" },
@@ -49,6 +50,11 @@ document.addEventListener("DOMContentLoaded", () => {
   if (series.some((s) => s.mode === "bar")) layout.barmode = "stack";
   if (chart.y2_title) {
     layout.yaxis2 = { title: { text: chart.y2_title }, overlaying: "y", side: "right", rangemode: "tozero" };
+  }
+  if (chart.y3_title) { // a third axis in its own unit: the plot narrows to leave it room
+    layout.xaxis.domain = [0, narrow ? 0.72 : 0.84];
+    layout.yaxis3 = { title: { text: chart.y3_title }, overlaying: "y", side: "right",
+      anchor: "free", position: 1, rangemode: "tozero" };
   }
   Plotly.newPlot(chartDiv, traces, layout, { displayModeBar: false, responsive: true });
 

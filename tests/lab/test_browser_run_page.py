@@ -118,3 +118,38 @@ def test_at_390_px_the_chart_comes_first_and_nothing_overflows(
         assert page.locator(later).bounding_box()["y"] > chart["y"]
     assert chart["x"] >= 0 and chart["x"] + chart["width"] <= 390
     context.close()
+
+
+def quantization_run(owner) -> LabRun:
+    now = timezone.now()
+    run = LabRun.objects.create(owner=owner, lab="quantization", status=LabRun.Status.DONE,
+                                params={}, started=now, finished=now, heartbeat=now,
+                                summary={"points": 6}, worker="w", device="CPU: t")  # fmt: skip
+    rows = [("weight-mb", 16, 10.2), ("weight-mb", 8, 6.7), ("weight-mb", 4, 5.1),
+            ("ms-per-token", 16, 36.0), ("ms-per-token", 8, 19.0), ("ms-per-token", 4, 11.0)]  # fmt: skip
+    LabPoint.objects.bulk_create(
+        LabPoint(run=run, seq=i, series=s, x=x, y=y, extra={}) for i, (s, x, y) in enumerate(rows)
+    )
+    return run
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_third_quantity_gets_its_own_titled_axis(asgi_server, ada, orm, page: Page, width):
+    # quantization: perplexity (y), weight MB (y2) and decode ms/token (y3), each in its unit
+    page.set_viewport_size({"width": width, "height": 900})
+    run = orm(quantization_run, ada)
+    log_in(page, asgi_server)
+    page.goto(f"{asgi_server}/lab/runs/{run.pk}/")
+    page.wait_for_function("document.getElementById('lab-chart').data?.length > 0")
+    axes = page.evaluate("""() => {
+        const c = document.getElementById('lab-chart');
+        const by = Object.fromEntries(c.data.map(t => [t.name, t.yaxis]));
+        return {by, y2: c.layout.yaxis2.title.text, y3: c.layout.yaxis3.title.text,
+                domain: c.layout.xaxis.domain};
+    }""")
+    assert axes["by"]["decode ms/token at batch 1 (speed model, measured)"] == "y3"
+    assert axes["by"]["weight MB (measured)"] == "y2"
+    assert axes["by"]["perplexity, all held-out windows"] == "y"
+    assert (axes["y2"], axes["y3"]) == ("weight MB", "decode ms/token")
+    assert axes["domain"][1] < 1  # the plot leaves the third axis room
+    assert page.evaluate("document.documentElement.scrollWidth") <= width

@@ -18,8 +18,10 @@ from lab.labs.batching import (
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+# width 1, fp32: the bundled shape, small and fast (the default, width 4 and the measured
+# dtype, is the regime-true size: test_the_default_model_leaves_the_last_level_cache)
 TINY = {"requests": 7, "slots": 3, "prompt_min": 2, "prompt_max": 5, "output_min": 1,
-        "output_max": 9, "seed": 3}  # fmt: skip
+        "output_max": 9, "seed": 3, "width": 1, "dtype": "fp32"}  # fmt: skip
 
 
 def test_defaults_clean():
@@ -94,3 +96,28 @@ def test_run_stops_when_cancelled():
     ctx = RunContext(LAB.clean(TINY), is_cancelled=lambda: next(calls) >= 4)
     with pytest.raises(LabCancelled):
         list(LAB.run(ctx))
+
+
+def test_the_default_model_leaves_the_last_level_cache():
+    import torch
+
+    from lab.engine.dtypes import last_level_cache_bytes
+    from lab.labs.common import LLC_MULTIPLE, bundled_shape, lab_shape, matmul_params, random_model
+
+    defaults = LAB.clean({})
+    assert (defaults["width"], defaults["dtype"]) == (4, "auto")
+    llc = last_level_cache_bytes()
+    for dtype_bytes in (4, 2):
+        with torch.device("meta"):
+            model = random_model(lab_shape(defaults["width"], dtype_bytes, llc), "meta")
+        assert matmul_params(model) * dtype_bytes >= LLC_MULTIPLE * llc
+    assert lab_shape(1, 4, llc) == bundled_shape("target")
+
+
+def test_a_run_says_what_model_and_dtype_ran():
+    ctx, _ = run_tiny()
+    s = ctx.summary
+    assert s["dtype"].startswith("fp32") and "random weights" in s["model"]
+    assert s["weight_mb"] > 0 and s["weights_over_llc"] == pytest.approx(
+        s["weight_mb"] * 1e6 / (s["last_level_cache_mb"] * 1e6)
+    )

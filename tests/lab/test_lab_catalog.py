@@ -49,6 +49,11 @@ def test_each_lab_declares_a_consistent_schema(slug):
     for s in lab.series:
         assert s.kind in ("measured", "predicted")
         assert not s.predicts or s.predicts in names
+        # a series on the second or third axis has that axis titled (its unit shown)
+        assert s.axis in ("y", "y2", "y3")
+        assert s.axis == "y" or getattr(lab.chart, f"{s.axis}_title"), (s.name, s.axis)
+        if s.predicts:  # a prediction is drawn on the axis of what it predicts
+            assert s.axis == lab.series_by_name()[s.predicts].axis, s.name
     params = lab.clean({})  # the defaults are valid
     assert params == lab.defaults()
     assert {p.series for p in lab.predict(params)} <= set(names)

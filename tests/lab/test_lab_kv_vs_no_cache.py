@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 
 import pytest
+import torch
 
 from lab.conditions import Meter
 from lab.labs import kv_vs_no_cache
@@ -24,7 +25,9 @@ from lab.labs.verdicts import contention, judge, pairs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TINY = {"prompt_tokens": 8, "new_tokens": 17, "every": 8}
+# width 1, fp32: the bundled shape, small and fast (the default, width 4 and the measured
+# dtype, is the regime-true size: test_the_default_model_leaves_the_last_level_cache)
+TINY = {"prompt_tokens": 8, "new_tokens": 17, "every": 8, "width": 1, "dtype": "fp32"}
 
 
 def test_defaults_clean():
@@ -166,3 +169,55 @@ def test_the_cached_step_is_priced_per_context_token_beyond_its_flops(monkeypatc
     flat = [[2e-3] * 3 for _ in lengths]
     timings[1::2] = flat
     assert calibrate_steps(model, "cpu", lengths)[1] == 0.0
+
+
+def test_each_mode_has_its_roofline_bound_at_every_measured_length():
+    from lab.labs.formulas import step_lower_bound_ms
+
+    ctx, points = run_tiny()
+    weight_bytes = ctx.summary["weight_mb"] * 1e6
+    model = random_model(bundled_shape("target"))
+    assert weight_bytes == pytest.approx(
+        sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) * 4
+    )
+    constants = ctx.summary["constants"]
+    assert "matrix-vector" in constants and "GFLOP/s" in constants
+    measured = {(p.series, p.x) for p in points if p.series in ("cached", "none")}
+    bounds = {(p.series.removesuffix("-roofline"), p.x): p for p in points
+              if p.series.endswith("-roofline")}  # fmt: skip
+    assert measured <= set(bounds)
+    for (mode, x), p in bounds.items():
+        # the bound is the larger of the weight stream and the step's FLOPs at the matmul rate
+        assert p.y >= step_lower_bound_ms(weight_bytes, math.inf, step_flops(model, mode, x), 1e30)
+    # the recompute's bound grows with the prefix, the cached step's hardly
+    xs = sorted(x for m, x in bounds if m == "none")
+    assert bounds[("none", xs[-1])].y >= bounds[("cached", xs[-1])].y
+
+
+def test_the_estimate_and_the_bound_are_judged_each_on_its_own_points():
+    _, points = run_tiny()
+    rows = pairs(LAB, points)
+    for mode in ("cached", "none"):
+        bound = {p.x: p.y for p in points if p.series == f"{mode}-roofline"}
+        estimate = {p.x: p.y for p in points if p.series == f"{mode}-predicted"}
+        assert [(x, pred) for x, _, pred in rows[f"{mode}-roofline"]] == [
+            (x, bound[x]) for x, _, _ in rows[f"{mode}-roofline"]
+        ]
+        for x, _, pred in rows[f"{mode}-predicted"]:
+            assert pred == pytest.approx(estimate[x])
+            assert pred != pytest.approx(bound[x])
+
+
+def test_the_default_model_leaves_the_last_level_cache():
+    from lab.engine.dtypes import last_level_cache_bytes
+    from lab.labs.common import LLC_MULTIPLE, lab_shape, matmul_params
+
+    defaults = LAB.clean({})
+    assert (defaults["width"], defaults["dtype"]) == (4, "auto")
+    llc = last_level_cache_bytes()
+    for dtype_bytes in (4, 2):
+        shape = lab_shape(defaults["width"], dtype_bytes, llc)
+        with torch.device("meta"):
+            weights = matmul_params(random_model(shape, "meta")) * dtype_bytes
+        assert weights >= LLC_MULTIPLE * llc
+    assert lab_shape(1, 4, llc) == bundled_shape("target")

@@ -15,7 +15,9 @@ from lab.labs.quantization import LAB, predicted_bytes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TINY = {"group_size": "32", "windows": 10, "window_tokens": 32, "decode_tokens": 4}
+# width 1: speed timed on the bundled model itself (small, fast); the default width 4 is the
+# regime-true speed model (test_the_speed_model_leaves_the_last_level_cache_in_every_format)
+TINY = {"group_size": "32", "windows": 10, "window_tokens": 32, "decode_tokens": 4, "width": 1}
 
 
 def test_defaults_clean():
@@ -77,7 +79,13 @@ def test_run_measures_the_predicted_bytes_and_scores_perplexity():
         weight = by[("weight-mb", bits)]
         assert weight.extra["bytes"] == predicted_bytes(bundled_shape("target"), bits, 32)
         assert weight.y == pytest.approx(predicted[bits], rel=1e-12)
-        assert weight.extra["ms_per_token"] > weight.extra["bandwidth_floor_ms"] > 0
+        speed, floor = by[("ms-per-token", bits)], by[("ms-floor", bits)]
+        # width 1 times the bundled model itself: same bytes; the floor is bytes / bandwidth
+        assert speed.extra["weight_mb"] == pytest.approx(weight.y)
+        gb_s = ctx.summary["read_bandwidth_gb_s"]
+        assert floor.y == pytest.approx(weight.extra["bytes"] / (gb_s * 1e9) * 1000)
+        assert speed.y > floor.y > 0 and speed.extra["predicted"] == floor.y
+        assert speed.extra["achieved_gb_s"] == pytest.approx(weight.y / speed.y)
         sizes[bits] = weight.extra["bytes"]
         assert by[("ppl", bits)].extra["hard_windows"] == 1
     assert sizes[4] < sizes[8] < sizes[16]
@@ -97,3 +105,24 @@ def test_cancel_stops_the_run():
 
     with pytest.raises(LabCancelled):
         list(LAB.run(RunContext(LAB.clean(TINY), is_cancelled=cancelled)))
+
+
+def test_the_speed_model_leaves_the_last_level_cache_in_every_format():
+    import torch
+
+    from lab.engine.dtypes import last_level_cache_bytes
+    from lab.labs.common import LLC_MULTIPLE, matmul_params, random_model
+    from lab.labs.quantization import speed_shape
+
+    defaults = LAB.clean({})
+    assert defaults["width"] == 4
+    llc = last_level_cache_bytes()
+    with torch.device("meta"):
+        model = random_model(speed_shape(defaults["width"], llc), "meta")
+    # int4 (half a byte a weight, the smallest format) is still 4x the cache
+    assert matmul_params(model) * 0.5 >= LLC_MULTIPLE * llc
+    assert speed_shape(1, llc) == bundled_shape("target")
+    # the group sizes offered divide every layer of the speed model too
+    for group in (32, 64, 128):
+        assert all(m.in_features % group == 0 for m in model.modules()
+                   if isinstance(m, torch.nn.Linear))  # fmt: skip

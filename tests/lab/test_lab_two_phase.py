@@ -10,15 +10,13 @@ import pytest
 
 from lab.conditions import Meter
 from lab.labs.base import LabCancelled, LabParamError, RunContext
-from lab.labs.common import bundled_shape, random_model
+from lab.labs.common import bundled_shape, matmul_params, random_model, widened_shape
 from lab.labs.two_phase import (
     DECODE_PROMPT_TOKENS,
     LAB,
     decode_flops,
     doubling,
-    matmul_params,
     prefill_flops,
-    widened_shape,
 )
 from lab.labs.verdicts import contention, judge, pairs
 
@@ -143,7 +141,7 @@ def test_a_small_run_respects_its_bounds_within_twice_the_noise_band():
 
 def test_the_default_model_leaves_the_last_level_cache():
     from lab.engine.dtypes import last_level_cache_bytes
-    from lab.labs.two_phase import LLC_MULTIPLE, matmul_params, regime_shape
+    from lab.labs.common import LLC_MULTIPLE, regime_shape
 
     defaults = LAB.clean({})
     assert (defaults["width"], defaults["dtype"]) == (4, "auto")
