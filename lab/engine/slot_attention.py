@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from lab.engine.attention import causal_attention, causal_mask
+from lab.engine.attention import causal_attention, causal_mask, grouped_attention
 
 
 class SlotAttention:
@@ -86,7 +85,5 @@ class SlotAttention:
         keys = k_cache[:, :length].index_select(0, slots).transpose(1, 2)  # [S, kv_h, L, d]
         values = v_cache[:, :length].index_select(0, slots).transpose(1, 2)
         queries = q.view(num_seqs, num_new, heads, dim).transpose(1, 2)  # [S, heads, new, d]
-        out = F.scaled_dot_product_attention(
-            queries, keys.to(q.dtype), values.to(q.dtype), attn_mask=mask, enable_gqa=True
-        )
+        out = grouped_attention(queries, keys.to(q.dtype), values.to(q.dtype), mask)
         return out.transpose(1, 2).reshape(num_seqs * num_new, heads, dim)

@@ -3,6 +3,7 @@ sequence on its own (paged and contiguous, GQA, mixed with a chunked prefill).""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lab.engine.attention import ContiguousAttention, PagedAttention, causal_attention
@@ -48,3 +49,31 @@ def test_batched_decode_equals_per_sequence_attention():
     got = contiguous.attend(0, q, k, v)
     hists = [(lambda cache, total, r=r: cache[r, :total]) for r in regions]
     torch.testing.assert_close(got, reference(contiguous.kv, hists, cached, new, q))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("new", [1, 3])
+def test_grouped_attention_equals_sdpa_with_gqa(dtype, new):
+    # folding a KV group's query heads into the query axis must not change the result:
+    # query head h reads KV head h // group, each token keeps its own mask row
+    import torch.nn.functional as F
+
+    from lab.engine.attention import grouped_attention
+
+    gen = torch.Generator().manual_seed(7)
+    seqs, heads, kv_heads, length, dim = 4, 8, 2, 19, 16
+    q = torch.randn(seqs, heads, new, dim, generator=gen).to(dtype)
+    k = torch.randn(seqs, kv_heads, length, dim, generator=gen).to(dtype)
+    v = torch.randn(seqs, kv_heads, length, dim, generator=gen).to(dtype)
+    lengths = torch.tensor([19, 7, 12, 3]) + new - 1
+    pos = torch.arange(length)
+    query_pos = lengths[:, None] - new + torch.arange(new)[None, :]  # [S, new]
+    mask = (pos[None, None, :] <= query_pos[:, :, None])[:, None]  # [S, 1, new, L]
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                          enable_gqa=True)  # fmt: skip
+    got = grouped_attention(q, k, v, mask).float()
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+    # a head paired with the wrong KV head would differ: the check can fail
+    swapped = torch.cat([k[:, 1:], k[:, :1]], dim=1)
+    assert not torch.allclose(grouped_attention(q, swapped, v, mask).float(), want, atol=tol)
