@@ -168,10 +168,10 @@ class KVvsNoCache(Lab):
                mode="lines", claim="estimate", band=BANDS["none-predicted"]),
         Series("cached-roofline", "Paged KV cache, lower bound (roofline)", "predicted",
                predicts="cached", mode="lines", claim="bound",
-               band=BANDS["cached-roofline"], hidden=True),
+               band=BANDS["cached-roofline"], hidden=True, tight=True),
         Series("none-roofline", "No cache, lower bound (roofline)", "predicted",
                predicts="none", mode="lines", claim="bound",
-               band=BANDS["none-roofline"], hidden=True),
+               band=BANDS["none-roofline"], hidden=True, tight=True),
     )  # fmt: skip
     chart = Chart("sequence length at the step (tokens)", "ms per generated token")
     time_limit_s = 180
