@@ -17,7 +17,11 @@ machine, and the choice is cached in a JSON file (the callers keep it under var/
    (native bf16 dot products) but decodes the 20 MB bundled target ~2x slower (its small ops
    are not bf16-native), so fp32 serves it faster; for a model four times the 32 MiB L3,
    whose decode steps stream the weights from DRAM, bf16 wins. So the choice is cached per
-   machine and shape.
+   machine and shape. The time also counts one prefill of a long prompt, as long as a
+   default step's token budget (512, or the model's context less 8): on another EPYC host
+   fp16 came out 5% ahead of fp32 on the request alone, a tie inside the probe's noise, and
+   then served the engine bench's mixed workload (512-token prefill chunks) 2.6x slower,
+   since CPU fp16 GEMMs fall behind at many rows.
 
 An explicit dtype always wins; on CUDA the rule is the usual one (bf16 where supported).
 `Choice.describe()` is the sentence the run page and /metrics show.
@@ -74,7 +78,8 @@ class Choice:
         refused = "; ".join(f"{d} refused: {why}" for d, why in self.failed.items())
         when = "cached measurement" if self.why == "cached" else "measured now"
         text = (f"{self.dtype}: fastest correct dtype on {self.machine} ({when}; ms per "
-                f"128+128-token request, alone and in a batch of 8, this model's shape with "
+                f"128+128-token request, alone and in a batch of 8, plus a long prefill, this "
+                f"model's shape with "
                 f"random weights: {times})")  # fmt: skip
         return text + (f"; {refused}" if refused else "")
 
@@ -191,11 +196,14 @@ def shape_key(shape: dict) -> str:
 
 
 REQUEST_TOKENS = 128  # prompt and generated tokens of the timed request
+LONG_PROMPT = 512  # the long prefill timed too: EngineConfig's default token budget per step
+PROBE = "probe 2"  # in the cache key: choices timed without the long prefill are re-measured
 
 
 def step_ms(name: str, shape: dict | None = None, repeats: int = 6) -> float:
     """ms to serve a request of REQUEST_TOKENS prompt and REQUEST_TOKENS generated tokens,
-    alone plus as one of 8 (prefill + n x decode step at 1, prefill + n x step at 8 / 8)."""
+    alone plus as one of 8 (prefill + n x decode step at 1, prefill + n x step at 8 / 8),
+    plus one prefill of a LONG_PROMPT-token prompt (the median of 2 after a warm-up)."""
     from lab.engine.config import EngineConfig
     from lab.engine.engine import LLMEngine
     from lab.engine.sampler import SamplingParams
@@ -216,6 +224,16 @@ def step_ms(name: str, shape: dict | None = None, repeats: int = 6) -> float:
         prefills.append(engine.step_log[-1]["ms"])
     prefill = statistics.median(prefills[1:])
     total = 2 * prefill
+    long = min(LONG_PROMPT, model.config.max_position_embeddings - 8)
+    engine = LLMEngine(model, EngineConfig(
+        max_model_len=long + 8, max_num_seqs=1, max_num_batched_tokens=long,
+        enable_prefix_caching=False))  # fmt: skip
+    longs = []
+    for _ in range(3):
+        engine.add_request(torch.randint(3, vocab, (long,), generator=gen).tolist(), one)
+        engine.step()
+        longs.append(engine.step_log[-1]["ms"])
+    total += statistics.median(longs[1:])
     for batch in (1, 8):
         engine = LLMEngine(model, EngineConfig(
             max_model_len=8 + repeats + 4, max_num_seqs=batch,
@@ -260,7 +278,7 @@ def choose(
         name = "bf16" if torch.cuda.is_bf16_supported() else "fp32"
         return Choice(name, "cuda", torch.cuda.get_device_name(device))
     shape = shape or probe_shape()
-    key, now = f"{machine_key()} | {shape_key(shape)}", now or time.time()
+    key, now = f"{machine_key()} | {shape_key(shape)} | {PROBE}", now or time.time()
     cached = (jsonfile.read(path) if path is not None else _MEMO).get(key)
     if cached:
         try:

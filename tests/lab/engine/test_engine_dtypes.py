@@ -80,7 +80,7 @@ def test_the_measurement_is_cached_per_machine_and_measured_again_when_stale(tmp
 
 def test_a_cached_choice_that_names_a_refused_dtype_is_measured_again(tmp_path):
     path = tmp_path / "engine_dtype.json"
-    key = f"{dtypes.machine_key()} | {dtypes.shape_key(dtypes.probe_shape())}"
+    key = f"{dtypes.machine_key()} | {dtypes.shape_key(dtypes.probe_shape())} | {dtypes.PROBE}"
     path.write_text(json.dumps({key: {"dtype": "fp16", "why": "measured", "machine": key,
                                       "step_ms": {}, "failed": {"fp16": "non-finite logits"},
                                       "measured_at": 1000.0}}))  # fmt: skip
