@@ -31,7 +31,7 @@ from lab.engine.config import EngineConfig
 from lab.engine.engine import LLMEngine
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
-from lab.labs.common import DTYPE_CHOICES, sync, width_model
+from lab.labs.common import DTYPE_PARAM, WIDTH_PARAM, sync, width_model
 from lab.labs.formulas import slot_utilisation
 
 # What each prediction claims (lab/labs/verdicts.py; docs/LABS.md): exact counts, or the
@@ -185,13 +185,8 @@ class Batching(Lab):
         Param("output_min", "Shortest output", "int", 4, min=1, max=256, unit="tokens"),
         Param("output_max", "Longest output", "int", 128, min=1, max=256, unit="tokens"),
         Param("seed", "Workload seed", "int", 0, min=0, max=2**31 - 1),
-        Param("width", "Model width ×", "int", 4, min=1, max=4,
-              help="multiplies hidden size, MLP size and heads of the bundled shape "
-                   "(weights ~width²); past 1, layers are added until the weights are 4× "
-                   "this CPU's last-level cache, so a decode step streams them from memory"),
-        Param("dtype", "Weights dtype", "choice", "auto", choices=DTYPE_CHOICES,
-              help="auto: the fastest dtype that passes the logits check, measured once "
-                   "on this machine for this shape"),
+        WIDTH_PARAM,
+        DTYPE_PARAM,
     )  # fmt: skip
     series = (
         Series("static", "Static batching (measured)"),

@@ -19,11 +19,21 @@ from lab.engine.config import ModelConfig
 from lab.engine.dtypes import CACHE_NAME, DTYPES, cpu_name, layer_weight_bytes
 from lab.engine.model import LlamaModel, load_model
 from lab.engine.model import random_model as engine_random_model
+from lab.labs.base import Param
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "engine" / "weights"
 
 
 DTYPE_CHOICES = ("auto", "fp32", "bf16", "fp16")  # "auto": the measured choice (issue 31)
+# The timing labs' model: width (lab_shape) and dtype ("auto": lab.engine.dtypes' choice)
+WIDTH_PARAM = Param("width", "Model width ×", "int", 4, min=1, max=4,
+                    help="multiplies hidden size, MLP size and heads of the bundled shape "
+                         "(weights ~width²); past 1, layers are added until the weights are "
+                         "4× this CPU's last-level cache, so a decode step streams them from "
+                         "memory")  # fmt: skip
+DTYPE_PARAM = Param("dtype", "Weights dtype", "choice", "auto", choices=DTYPE_CHOICES,
+                    help="auto: the fastest dtype that passes the logits check, measured "
+                         "once on this machine for this shape")  # fmt: skip
 
 
 def torch_dtype(name: str) -> torch.dtype:

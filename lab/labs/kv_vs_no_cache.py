@@ -37,7 +37,7 @@ from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.calibration import constants_for, fitted_rate, round_robin
-from lab.labs.common import DTYPE_CHOICES, width_model
+from lab.labs.common import DTYPE_PARAM, WIDTH_PARAM, width_model
 from lab.labs.formulas import decode_step_flops, step_lower_bound_ms
 
 MODES = ("cached", "none")
@@ -150,13 +150,8 @@ class KVvsNoCache(Lab):
               help="the recompute's total grows as the square of this"),
         Param("every", "Point every", "int", 8, min=3, max=64, unit="tokens",
               help="each point is the median step time over this many tokens"),
-        Param("width", "Model width ×", "int", 4, min=1, max=4,
-              help="multiplies hidden size, MLP size and heads of the bundled shape "
-                   "(weights ~width²); past 1, layers are added until the weights are 4× "
-                   "this CPU's last-level cache, so a cached step streams them from memory"),
-        Param("dtype", "Weights dtype", "choice", "auto", choices=DTYPE_CHOICES,
-              help="auto: the fastest dtype that passes the logits check, measured once "
-                   "on this machine for this shape"),
+        WIDTH_PARAM,
+        DTYPE_PARAM,
     )  # fmt: skip
     series = (
         Series("cached", "Paged KV cache, measured"),

@@ -27,7 +27,8 @@ from lab.engine.sampler import SamplingParams
 from lab.labs.base import Chart, Lab, Param, Point, RunContext, Series
 from lab.labs.calibration import constants_for
 from lab.labs.common import (
-    DTYPE_CHOICES,
+    DTYPE_PARAM,
+    WIDTH_PARAM,
     dtype_file,
     matmul_params,
     random_model,
@@ -95,13 +96,8 @@ class TwoPhase(Lab):
               unit="tokens", help="prefill points at 16, 32, 64, ... up to this"),
         Param("max_batch", "Largest decode batch", "int", 64, min=1, max=128,
               unit="sequences", help="decode points at 1, 2, 4, ... up to this"),
-        Param("width", "Model width ×", "int", 4, min=1, max=4,
-              help="multiplies hidden size, MLP size and heads of the bundled shape "
-                   "(weights ~width²); layers are added until the weights are 4× this "
-                   "CPU's last-level cache, so decode streams them from memory"),
-        Param("dtype", "Weights dtype", "choice", "auto", choices=DTYPE_CHOICES,
-              help="auto: the fastest dtype that passes the logits check, measured once "
-                   "on this machine for this shape"),
+        WIDTH_PARAM,
+        DTYPE_PARAM,
         Param("repeats", "Timings per point", "int", 5, min=3, max=10,
               help="prefills per prompt length and decode steps per batch, after a "
                    "discarded warm-up; the median is plotted, the spread drawn"),
