@@ -21,7 +21,7 @@ SMALL = {
     "two-phase": {"max_prompt_tokens": 64, "max_batch": 4, "repeats": 3},
 }
 PREDICTED = {
-    "kv-vs-no-cache": {"cached-predicted", "none-predicted"},
+    "kv-vs-no-cache": {"cached-predicted", "none-predicted", "cached-roofline", "none-roofline"},
     "two-phase": {"prefill-roofline", "decode-roofline"},
 }
 # what the constants line names: the fitted slope, or the checked device constants
