@@ -212,28 +212,24 @@ def step_ms(name: str, shape: dict | None = None, repeats: int = 6) -> float:
     gen = torch.Generator().manual_seed(1)
     vocab = model.config.vocab_size
     n = REQUEST_TOKENS
-    # a prefill of 128 tokens (the median of `repeats` after one warm-up), then decode steps
-    engine = LLMEngine(model, EngineConfig(
-        max_model_len=n + 8, max_num_seqs=1, max_num_batched_tokens=n,
-        enable_prefix_caching=False))  # fmt: skip
     one = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
-    prefills = []
-    for _ in range(repeats + 1):
-        engine.add_request(torch.randint(3, vocab, (n,), generator=gen).tolist(), one)
-        engine.step()
-        prefills.append(engine.step_log[-1]["ms"])
-    prefill = statistics.median(prefills[1:])
-    total = 2 * prefill
-    long = min(LONG_PROMPT, model.config.max_position_embeddings - 8)
-    engine = LLMEngine(model, EngineConfig(
-        max_model_len=long + 8, max_num_seqs=1, max_num_batched_tokens=long,
-        enable_prefix_caching=False))  # fmt: skip
-    longs = []
-    for _ in range(3):
-        engine.add_request(torch.randint(3, vocab, (long,), generator=gen).tolist(), one)
-        engine.step()
-        longs.append(engine.step_log[-1]["ms"])
-    total += statistics.median(longs[1:])
+
+    def prefill_ms(tokens: int, times: int) -> float:
+        """The median of `times` prefills of `tokens` tokens, after one warm-up."""
+        engine = LLMEngine(model, EngineConfig(
+            max_model_len=tokens + 8, max_num_seqs=1, max_num_batched_tokens=tokens,
+            enable_prefix_caching=False))  # fmt: skip
+        steps = []
+        for _ in range(times + 1):
+            engine.add_request(torch.randint(3, vocab, (tokens,), generator=gen).tolist(), one)
+            engine.step()
+            steps.append(engine.step_log[-1]["ms"])
+        return statistics.median(steps[1:])
+
+    # a 128-token prefill per request (alone and in the batch), one long prefill, then the
+    # decode steps
+    total = 2 * prefill_ms(n, repeats)
+    total += prefill_ms(min(LONG_PROMPT, model.config.max_position_embeddings - 8), 2)
     for batch in (1, 8):
         engine = LLMEngine(model, EngineConfig(
             max_model_len=8 + repeats + 4, max_num_seqs=batch,

@@ -20,7 +20,6 @@ import torch
 from torch import nn
 
 from lab.engine.config import EngineConfig
-from lab.engine.dtypes import last_level_cache_bytes
 from lab.engine.engine import LLMEngine
 from lab.engine.model import LlamaModel
 from lab.engine.sampler import SamplingParams
@@ -29,12 +28,8 @@ from lab.labs.calibration import constants_for
 from lab.labs.common import (
     DTYPE_PARAM,
     WIDTH_PARAM,
-    dtype_file,
     matmul_params,
-    random_model,
-    random_weights_note,
-    regime_shape,
-    run_dtype,
+    width_model,
 )
 from lab.labs.formulas import decode_step_flops, step_lower_bound_ms
 
@@ -136,16 +131,9 @@ class TwoPhase(Lab):
 
     def run(self, ctx: RunContext) -> Iterator[Point]:
         p = ctx.params
-        llc = last_level_cache_bytes()
-        probe = regime_shape(p["width"], 4, llc)
-        dtype, why = run_dtype(p["dtype"], ctx.device, probe, dtype_file(ctx.calibration_path))
-        dtype_bytes = torch.empty(0, dtype=dtype).element_size()
-        shape = regime_shape(p["width"], dtype_bytes, llc)
-        model = random_model(shape, ctx.device, dtype)
-        ctx.summary["dtype"] = why
-        ctx.summary["model"] = random_weights_note(shape)
+        model, weight_bytes = width_model(ctx, p["width"], p["dtype"])
+        dtype, dtype_bytes = model.dtype, model.dtype.itemsize
         n_params = matmul_params(model)
-        weight_bytes = n_params * dtype_bytes
         constants = constants_for(ctx.device, dtype, weight_bytes, path=ctx.calibration_path)
         # the weights stream through a matmul kernel, at the rate a one-row product reaches
         # (measured beside the plain read rate, which a single core's kernels fall short of)
@@ -176,8 +164,7 @@ class TwoPhase(Lab):
         ctx.summary.update({
             "matmul_gflop_s": flop_s / 1e9, "weight_stream_gb_s": bandwidth / 1e9,
             "read_bandwidth_gb_s": constants.bandwidth_bytes_s / 1e9,
-            "matmul_params": n_params, "weight_mb": weight_bytes / 1e6,
-            "last_level_cache_mb": llc / 1e6, "weights_over_llc": weight_bytes / llc,
+            "matmul_params": n_params,
             "ridge_flop_per_byte": ridge,
             "ridge_tokens_per_step": math.ceil(ridge * dtype_bytes / 2),
         })  # fmt: skip
